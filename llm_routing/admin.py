@@ -1,0 +1,176 @@
+"""Admin for every model. Key values are never shown: only a key-present badge."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin
+from django.db.models import QuerySet
+from django.http import HttpRequest
+from django.utils.html import format_html
+
+from .models import Attempt, Chain, ChainEntry, Provider, RoutingDecision, RoutingRule
+
+
+@admin.register(Provider)
+class ProviderAdmin(admin.ModelAdmin):
+    list_display = ["name", "kind", "model", "mode", "enabled", "key_badge", "updated_at"]
+    list_filter = ["kind", "mode", "enabled"]
+    search_fields = ["name", "model"]
+    readonly_fields = ["key_badge", "created_at", "updated_at"]
+    fieldsets = [
+        (None, {"fields": ["name", "kind", "model", "base_url", "enabled", "mode"]}),
+        ("Key", {"fields": ["api_key_env", "key_badge"]}),
+        ("Limits", {"fields": ["timeout_s", "first_token_timeout_s", "max_retries", "params"]}),
+        (
+            "Capabilities",
+            {
+                "fields": [
+                    "supports_structured_output",
+                    "supports_streaming",
+                    "supports_prefill",
+                ]
+            },
+        ),
+        ("Timestamps", {"fields": ["created_at", "updated_at"]}),
+    ]
+
+    @admin.display(description="key")
+    def key_badge(self, obj: Provider) -> str:
+        if obj.pk is None or not obj.api_key_env:
+            return "—"
+        if obj.key_present:
+            return format_html(
+                '<span class="llmr-key llmr-key-ok" title="{}">present</span>', obj.api_key_env
+            )
+        return format_html(
+            '<span class="llmr-key llmr-key-missing" title="{}">missing</span>', obj.api_key_env
+        )
+
+
+class ChainEntryInline(admin.TabularInline):
+    model = ChainEntry
+    extra = 1
+    ordering = ["position"]
+    fields = ["position", "provider", "model", "enabled"]
+    autocomplete_fields = ["provider"]
+
+
+@admin.register(Chain)
+class ChainAdmin(admin.ModelAdmin):
+    list_display = ["name", "is_default", "providers", "description"]
+    list_filter = ["is_default"]
+    search_fields = ["name"]
+    inlines = [ChainEntryInline]
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Chain]:
+        return super().get_queryset(request).prefetch_related("entries__provider")
+
+    @admin.display(description="providers (in order)")
+    def providers(self, obj: Chain) -> str:
+        entries = sorted(obj.entries.all(), key=lambda e: e.position)
+        return " → ".join(e.provider.name for e in entries if e.enabled) or "—"
+
+
+@admin.register(RoutingRule)
+class RoutingRuleAdmin(admin.ModelAdmin):
+    list_display = ["name", "priority", "enabled", "route", "task_glob", "chain"]
+    list_filter = ["enabled", "chain"]
+    list_editable = ["priority", "enabled"]
+    search_fields = ["name", "route", "task_glob"]
+    ordering = ["priority", "name"]
+
+
+class ReadOnlyMixin:
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+ATTEMPT_FIELDS = (
+    "index",
+    "provider",
+    "model",
+    "outcome",
+    "reason",
+    "http_status",
+    "transient",
+    "retries",
+    "latency_ms",
+    "served",
+    "partial",
+)
+
+
+class AttemptInline(ReadOnlyMixin, admin.TabularInline):
+    model = Attempt
+    extra = 0
+    can_delete = False
+    fields = ATTEMPT_FIELDS
+    readonly_fields = ATTEMPT_FIELDS
+
+
+@admin.register(RoutingDecision)
+class RoutingDecisionAdmin(ReadOnlyMixin, admin.ModelAdmin):
+    list_display = [
+        "created_at",
+        "request_id",
+        "task",
+        "router_mode",
+        "selected_provider",
+        "status",
+        "fallback_used",
+        "fallback_reason",
+        "total_latency_ms",
+    ]
+    list_filter = ["status", "router_mode", "fallback_used", "selected_provider", "created_at"]
+    search_fields = ["=request_id", "task"]
+    date_hierarchy = "created_at"
+    inlines = [AttemptInline]
+
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet[RoutingDecision], search_term: str
+    ) -> tuple[QuerySet[RoutingDecision], bool]:
+        # An exact UUID lookup with a malformed value would raise; fall back to task search.
+        import uuid
+
+        try:
+            uuid.UUID(search_term.strip())
+        except ValueError:
+            return queryset.filter(task__icontains=search_term.strip()), False
+        return queryset.filter(request_id=search_term.strip()), False
+
+
+@admin.register(Attempt)
+class AttemptAdmin(ReadOnlyMixin, admin.ModelAdmin):
+    list_display = [
+        "decision",
+        "index",
+        "provider",
+        "model",
+        "outcome",
+        "reason",
+        "http_status",
+        "retries",
+        "latency_ms",
+        "served",
+    ]
+    list_filter = ["outcome", "provider", "served", "decision__created_at"]
+    search_fields = ["=decision__request_id"]
+    list_select_related = ["decision"]
+
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet[Attempt], search_term: str
+    ) -> tuple[QuerySet[Attempt], bool]:
+        import uuid
+
+        term = search_term.strip()
+        if not term:
+            return queryset, False
+        try:
+            uuid.UUID(term)
+        except ValueError:
+            return queryset.filter(provider__icontains=term), False
+        return queryset.filter(decision__request_id=term), False

@@ -1,0 +1,1 @@
+"""DRF face of the router: serializers, views, urls."""

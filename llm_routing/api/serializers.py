@@ -1,0 +1,224 @@
+"""Request/response serializers for ``POST /audit/`` (DESIGN §5)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError
+from rest_framework import serializers
+
+from ..conf import routing_settings
+from ..types import AuditRequest
+
+__all__ = ["AuditRequestSerializer", "AuditResponseSerializer"]
+
+SLUG_RE = r"^[-a-zA-Z0-9_]+$"
+
+
+def _reject_bad_text(value: str) -> str:
+    """NUL and lone surrogates are refused (DRF's CharField checks, for dict keys too)."""
+    if "\x00" in value:
+        raise serializers.ValidationError("Null characters are not allowed.")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise serializers.ValidationError("Lone surrogate characters are not allowed.") from None
+    return value
+
+
+class StrictStringMapField(serializers.Field):
+    """A flat ``{str: str}`` object with bounded size; no coercion of numbers."""
+
+    default_error_messages = {
+        "not_a_dict": "Expected an object of string values.",
+        "too_many": "At most {max} keys are allowed.",
+        "bad_key": "Keys must be non-empty strings of at most {max} characters.",
+        "bad_value": "Value of {name!r} must be a string of at most {max} characters.",
+    }
+
+    def to_internal_value(self, data: Any) -> dict[str, str]:
+        if not isinstance(data, Mapping):
+            self.fail("not_a_dict")
+        max_keys = int(routing_settings.MAX_METADATA_KEYS)
+        max_key = int(routing_settings.MAX_METADATA_KEY_CHARS)
+        max_value = int(routing_settings.MAX_METADATA_VALUE_CHARS)
+        if len(data) > max_keys:
+            self.fail("too_many", max=max_keys)
+        out: dict[str, str] = {}
+        for key, value in data.items():
+            if not isinstance(key, str) or not key or len(key) > max_key:
+                self.fail("bad_key", max=max_key)
+            _reject_bad_text(key)
+            if not isinstance(value, str) or len(value) > max_value:
+                self.fail("bad_value", name=key[:64], max=max_value)
+            _reject_bad_text(value)
+            out[key] = value
+        return out
+
+    def to_representation(self, value: Any) -> Any:
+        return value
+
+
+class AuditRequestSerializer(serializers.Serializer):
+    task = serializers.RegexField(SLUG_RE, max_length=64)
+    instructions = serializers.CharField(
+        required=False, allow_blank=True, default="", trim_whitespace=False
+    )
+    input_text = serializers.CharField(trim_whitespace=False)
+    provider = serializers.RegexField(SLUG_RE, max_length=64, required=False, allow_null=True)
+    route = serializers.RegexField(SLUG_RE, max_length=64, required=False, allow_null=True)
+    force_provider = serializers.RegexField(SLUG_RE, max_length=64, required=False, allow_null=True)
+    response_schema = serializers.JSONField(required=False, allow_null=True)
+    metadata = StrictStringMapField(required=False, default=dict)
+    stream = serializers.BooleanField(required=False, default=False)
+
+    def get_fields(self) -> dict[str, serializers.Field]:
+        fields = super().get_fields()
+        # "async" is a Python keyword, so the field is added by name here.
+        fields["async"] = serializers.BooleanField(required=False, default=False)
+        return fields
+
+    def to_internal_value(self, data: Any) -> Any:
+        if isinstance(data, Mapping):
+            unknown = sorted(set(data) - set(self.fields))
+            if unknown:
+                raise serializers.ValidationError(
+                    {name: ["Unknown field."] for name in unknown[:20]}
+                )
+        return super().to_internal_value(data)
+
+    def validate_instructions(self, value: str) -> str:
+        limit = int(routing_settings.MAX_INSTRUCTIONS_CHARS)
+        if len(value) > limit:
+            raise serializers.ValidationError(
+                f"Ensure this field has no more than {limit} characters."
+            )
+        return value
+
+    def validate_input_text(self, value: str) -> str:
+        limit = int(routing_settings.MAX_INPUT_CHARS)
+        if not value.strip():
+            raise serializers.ValidationError("This field may not be blank.")
+        if len(value) > limit:
+            raise serializers.ValidationError(
+                f"Ensure this field has no more than {limit} characters."
+            )
+        return value
+
+    def validate_response_schema(self, value: Any) -> Any:
+        if value is None:
+            return None
+        if not isinstance(value, dict):
+            raise serializers.ValidationError("Expected a JSON Schema object.")
+        size = len(json.dumps(value))
+        if size > int(routing_settings.MAX_SCHEMA_BYTES):
+            raise serializers.ValidationError("The schema is too large.")
+        try:
+            Draft202012Validator.check_schema(value)
+        except SchemaError as exc:
+            raise serializers.ValidationError(f"Not a valid JSON Schema: {exc.message}") from None
+        return value
+
+    def validate_stream(self, value: bool) -> bool:
+        if value:
+            raise serializers.ValidationError("Streaming is not available in this version.")
+        return value
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if attrs.get("async"):
+            raise serializers.ValidationError(
+                {"async": ["Async jobs are not available in this version."]}
+            )
+        if attrs.get("force_provider") and attrs.get("provider"):
+            raise serializers.ValidationError(
+                {"force_provider": ["Use either provider or force_provider, not both."]}
+            )
+        return attrs
+
+    def to_request(self) -> AuditRequest:
+        d = self.validated_data
+        return AuditRequest(
+            task=d["task"],
+            input_text=d["input_text"],
+            instructions=d.get("instructions", ""),
+            provider=d.get("provider"),
+            route=d.get("route"),
+            force_provider=d.get("force_provider"),
+            response_schema=d.get("response_schema"),
+            metadata=d.get("metadata") or {},
+            stream=bool(d.get("stream")),
+        )
+
+
+# --- response shapes (documentation for the OpenAPI schema) --------------------------
+
+
+class UsageSerializer(serializers.Serializer):
+    input_tokens = serializers.IntegerField()
+    output_tokens = serializers.IntegerField()
+
+
+class ErrorSerializer(serializers.Serializer):
+    category = serializers.CharField()
+    message = serializers.CharField()
+    http_status = serializers.IntegerField(allow_null=True)
+    transient = serializers.BooleanField()
+
+
+class ResultSerializer(serializers.Serializer):
+    provider = serializers.CharField()
+    model = serializers.CharField()
+    mode = serializers.ChoiceField(choices=["live", "mock", "disabled", "error"])
+    status = serializers.ChoiceField(choices=["ok", "fallback", "error"])
+    output = serializers.CharField()
+    usage = UsageSerializer()
+    latency_ms = serializers.FloatField()
+    error = ErrorSerializer(allow_null=True)
+
+    def get_fields(self) -> dict[str, serializers.Field]:
+        fields = super().get_fields()
+        # "data" would shadow Serializer.data as a class attribute.
+        fields["data"] = serializers.JSONField(allow_null=True)
+        return fields
+
+
+class SkipSerializer(serializers.Serializer):
+    provider = serializers.CharField()
+    reason = serializers.CharField()
+
+
+class AttemptSerializer(serializers.Serializer):
+    provider = serializers.CharField()
+    model = serializers.CharField()
+    outcome = serializers.ChoiceField(choices=["ok", "error", "skipped"])
+    error_category = serializers.CharField(allow_null=True)
+    http_status = serializers.IntegerField(allow_null=True)
+    transient = serializers.BooleanField()
+    retries = serializers.IntegerField()
+    latency_ms = serializers.FloatField()
+
+
+class RoutingMetadataSerializer(serializers.Serializer):
+    request_id = serializers.UUIDField()
+    router_mode = serializers.ChoiceField(choices=["explicit", "default", "rule", "forced"])
+    route = serializers.CharField(allow_null=True)
+    rule = serializers.CharField(allow_null=True)
+    chain_name = serializers.CharField(allow_null=True)
+    requested_provider = serializers.CharField(allow_null=True)
+    selected_provider = serializers.CharField(allow_null=True)
+    chain = serializers.ListField(child=serializers.CharField())
+    attempted_providers = serializers.ListField(child=serializers.CharField())
+    skipped_providers = SkipSerializer(many=True)
+    attempts = AttemptSerializer(many=True)
+    fallback_used = serializers.BooleanField()
+    fallback_reason = serializers.CharField(allow_null=True)
+
+
+class AuditResponseSerializer(serializers.Serializer):
+    request_id = serializers.UUIDField()
+    result = ResultSerializer()
+    routing_metadata = RoutingMetadataSerializer()
+    diagnostics = RoutingMetadataSerializer()

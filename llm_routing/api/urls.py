@@ -1,0 +1,19 @@
+from __future__ import annotations
+
+from django.urls import path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+
+from .views import AuditView, HealthView
+
+app_name = "llm_routing"
+
+urlpatterns = [
+    path("audit/", AuditView.as_view(), name="audit"),
+    path("health/", HealthView.as_view(), name="health"),
+    path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
+    path(
+        "api/docs/",
+        SpectacularSwaggerView.as_view(url_name="llm_routing:schema"),
+        name="docs",
+    ),
+]

@@ -1,0 +1,89 @@
+"""HTTP views: no routing logic here — they validate, call the router, shape the answer."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.utils.module_loading import import_string
+from drf_spectacular.utils import OpenApiResponse, extend_schema
+from rest_framework import serializers
+from rest_framework.authentication import BaseAuthentication
+from rest_framework.permissions import BasePermission
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.throttling import BaseThrottle
+from rest_framework.views import APIView
+
+from ..conf import routing_settings
+from ..models import Provider
+from ..router import route
+from .parsers import LimitedJSONParser
+from .serializers import AuditRequestSerializer, AuditResponseSerializer
+
+__all__ = ["AuditView", "HealthView"]
+
+
+class RoutingAPIView(APIView):
+    """Authentication, permissions and throttles come from ``LLM_ROUTING`` (per request,
+    so ``override_settings`` applies)."""
+
+    parser_classes = [LimitedJSONParser]
+
+    def get_authenticators(self) -> list[BaseAuthentication]:
+        return [import_string(p)() for p in routing_settings.API_AUTHENTICATION_CLASSES]
+
+    def get_permissions(self) -> list[BasePermission]:
+        return [import_string(p)() for p in routing_settings.API_PERMISSION_CLASSES]
+
+    def get_throttles(self) -> list[BaseThrottle]:
+        return [import_string(p)() for p in routing_settings.API_THROTTLE_CLASSES]
+
+
+class AuditView(RoutingAPIView):
+    @extend_schema(
+        request=AuditRequestSerializer,
+        responses={
+            200: AuditResponseSerializer,
+            400: OpenApiResponse(description="Invalid input: DRF field errors."),
+            401: OpenApiResponse(description="Not authenticated."),
+            413: OpenApiResponse(description="Request body too large."),
+            429: OpenApiResponse(description="Throttled."),
+        },
+        summary="Route one LLM request through the provider chain",
+    )
+    def post(self, request: Request) -> Response:
+        serializer = AuditRequestSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        routed = route(serializer.to_request())
+        return Response(routed.to_dict(), headers={"X-Request-ID": routed.request_id})
+
+
+class ProviderHealthSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    kind = serializers.CharField()
+    model = serializers.CharField()
+    mode = serializers.CharField()
+    enabled = serializers.BooleanField()
+    key_present = serializers.BooleanField()
+
+
+class HealthResponseSerializer(serializers.Serializer):
+    status = serializers.CharField()
+    providers = ProviderHealthSerializer(many=True)
+
+
+class HealthView(RoutingAPIView):
+    @extend_schema(responses={200: HealthResponseSerializer}, summary="Per-provider health")
+    def get(self, request: Request) -> Response:
+        providers: list[dict[str, Any]] = [
+            {
+                "name": p.name,
+                "kind": p.kind,
+                "model": p.model,
+                "mode": p.mode,
+                "enabled": p.enabled,
+                "key_present": p.key_present,
+            }
+            for p in Provider.objects.order_by("name")
+        ]
+        return Response({"status": "ok", "providers": providers})

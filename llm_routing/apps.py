@@ -1,0 +1,13 @@
+from __future__ import annotations
+
+from django.apps import AppConfig
+
+
+class LlmRoutingConfig(AppConfig):
+    name = "llm_routing"
+    verbose_name = "LLM routing"
+    default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        # Wire checks and the settings-reload receiver; nothing else happens at start-up.
+        from . import checks, conf  # noqa: F401

@@ -1,0 +1,134 @@
+"""The ``LLM_ROUTING`` settings dict: defaults, validation and cached access.
+
+Modelled on ``rest_framework.settings``: one dict of :data:`DEFAULTS`, a lazy object
+that rejects unknown keys, caches what it read, and is reset on Django's
+``setting_changed`` signal so ``override_settings(LLM_ROUTING=...)`` works in tests.
+
+Usage::
+
+    from llm_routing.conf import routing_settings
+    routing_settings.MAX_INPUT_CHARS
+
+The app never reads ``django.conf.settings.LLM_ROUTING`` anywhere else and never
+writes into ``django.conf.settings``. Every key is documented in
+``docs/configuration.md``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+from django.core.signals import setting_changed
+from django.dispatch import receiver
+
+__all__ = ["DEFAULTS", "RoutingSettings", "routing_settings"]
+
+DEFAULTS: dict[str, Any] = {
+    # --- input caps (POST /audit/, the Python API) -------------------------------
+    "MAX_INPUT_CHARS": 100_000,
+    "MAX_INSTRUCTIONS_CHARS": 20_000,
+    "MAX_TASK_CHARS": 64,
+    "MAX_METADATA_KEYS": 32,
+    "MAX_METADATA_KEY_CHARS": 64,
+    "MAX_METADATA_VALUE_CHARS": 512,
+    "MAX_SCHEMA_BYTES": 32_768,
+    # Request bodies larger than this are refused with 413 before they are parsed.
+    "MAX_REQUEST_BYTES": 1_048_576,
+    # JSON nested deeper than this is refused with 400 (never a RecursionError/500).
+    "MAX_JSON_DEPTH": 32,
+    # --- routing -------------------------------------------------------------------
+    # Provider names used when the database has no default chain.
+    "DEFAULT_CHAIN": [],
+    # Route key -> list of provider names, used when no RoutingRule matches the route.
+    "ROUTES": {},
+    # Model name reported by the built-in mock backstop.
+    "MOCK_MODEL": "mock-1",
+    # Extra adapter kinds: {"kind": "dotted.path.AdapterClass"}.
+    "PROVIDER_KINDS": {},
+    # Environment variable names that may never be used as api_key_env (added to the
+    # built-in deny-list in llm_routing.validators).
+    "DENIED_KEY_ENV_NAMES": [],
+    # --- resilience (DESIGN §4) ------------------------------------------------------
+    # Wall-clock budget for one routed request, retries and candidates included.
+    "REQUEST_DEADLINE_S": 60.0,
+    # Upstream requests allowed for one routed request, retries and candidates included.
+    "MAX_ATTEMPTS": 6,
+    "BACKOFF_BASE_S": 0.25,
+    "BACKOFF_MAX_S": 4.0,
+    # A Retry-After longer than this is not waited for on the same provider.
+    "RETRY_AFTER_CAP_S": 5.0,
+    # Largest upstream response body read, in bytes.
+    "MAX_RESPONSE_BYTES": 4_194_304,
+    # Django cache alias holding circuit state (shared when it is Redis).
+    "CACHE_ALIAS": "default",
+    # --- HTTP API --------------------------------------------------------------------
+    "API_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.TokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "API_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "API_THROTTLE_CLASSES": [
+        "llm_routing.api.throttles.AuditUserThrottle",
+        "llm_routing.api.throttles.AuditAnonThrottle",
+    ],
+    # DRF rate strings ("120/min"); None disables that throttle.
+    "API_THROTTLE_RATES": {"user": "120/min", "anon": "10/min"},
+    # --- retention --------------------------------------------------------------------
+    "RETENTION_DAYS": 30,
+}
+
+
+class RoutingSettings:
+    """Attribute access to ``settings.LLM_ROUTING`` merged over :data:`DEFAULTS`."""
+
+    def __init__(self, user_settings: dict[str, Any] | None = None) -> None:
+        self._explicit = user_settings
+        self._cache: dict[str, Any] = {}
+
+    @property
+    def user_settings(self) -> dict[str, Any]:
+        if self._explicit is not None:
+            return self._explicit
+        value = getattr(settings, "LLM_ROUTING", {}) or {}
+        if not isinstance(value, dict):
+            raise ImproperlyConfigured(
+                f"settings.LLM_ROUTING must be a dict, not {type(value).__name__}."
+            )
+        return value
+
+    def unknown_keys(self) -> list[str]:
+        return sorted(set(self.user_settings) - set(DEFAULTS))
+
+    def validate(self) -> None:
+        """Raise ImproperlyConfigured naming every unknown key."""
+        unknown = self.unknown_keys()
+        if unknown:
+            raise ImproperlyConfigured(
+                "Unknown LLM_ROUTING setting(s): "
+                + ", ".join(unknown)
+                + ". Valid keys are listed in docs/configuration.md."
+            )
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_") or name not in DEFAULTS:
+            raise AttributeError(f"Invalid LLM_ROUTING setting: {name!r}")
+        if name in self._cache:
+            return self._cache[name]
+        self.validate()
+        value = self.user_settings.get(name, DEFAULTS[name])
+        self._cache[name] = value
+        return value
+
+    def reload(self) -> None:
+        self._cache.clear()
+
+
+routing_settings = RoutingSettings()
+
+
+@receiver(setting_changed)
+def _reload_routing_settings(*, setting: str, **kwargs: Any) -> None:
+    if setting == "LLM_ROUTING":
+        routing_settings.reload()

@@ -1,0 +1,148 @@
+"""Failure taxonomy: every provider failure becomes one of these (DESIGN §4).
+
+The tree::
+
+    ProviderError                   category        transient  same-provider retry
+    ├── TransientError
+    │   ├── RateLimitError          rate_limit      yes        yes (Retry-After <= cap)
+    │   ├── UnavailableError        unavailable     yes        yes (backoff, full jitter)
+    │   ├── NetworkError            network         yes        yes
+    │   └── ProviderTimeoutError    timeout         yes        no  (silent route: fail over)
+    └── PermanentError
+        ├── ContextLengthError      context_length  no         no  (next candidate is tried)
+        ├── AuthenticationError     authentication  no         no  (the walk stops)
+        ├── InvalidRequestError     invalid_request no         no  (the walk stops)
+        ├── ContentPolicyError      content_policy  no         no  (the walk stops)
+        └── ResponseError           response        no         no  (the walk stops)
+
+Each class carries ``category``, ``transient`` and ``http_status`` as its contract
+(like DRF's ``status_code`` / ``default_code``). ``advances`` says whether the router
+moves on to the next candidate; ``retryable`` whether the retry layer may try the
+same provider again.
+
+Messages are built from vendor error bodies and may echo what was sent, so every
+message is scrubbed of known key values (:func:`scrub`) before it is stored.
+Classification of HTTP responses and httpx exceptions lives in
+:mod:`llm_routing.providers.classify`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from .types import ErrorInfo
+
+__all__ = [
+    "AuthenticationError",
+    "ContentPolicyError",
+    "ContextLengthError",
+    "InvalidRequestError",
+    "NetworkError",
+    "PermanentError",
+    "ProviderError",
+    "ProviderTimeoutError",
+    "RateLimitError",
+    "ResponseError",
+    "TransientError",
+    "UnavailableError",
+    "scrub",
+]
+
+REDACTED = "[redacted]"
+
+
+def scrub(text: str, secrets: Iterable[str | None]) -> str:
+    """Replace every occurrence of each secret value in ``text`` (redact by value)."""
+    for secret in secrets:
+        if secret and len(secret) >= 4:
+            text = text.replace(secret, REDACTED)
+    return text
+
+
+class ProviderError(Exception):
+    category: str = "response"
+    transient: bool = False
+    retryable: bool = False
+    advances: bool = False
+    default_message: str = "The provider failed."
+
+    def __init__(
+        self,
+        message: str | None = None,
+        *,
+        http_status: int | None = None,
+        code: str | None = None,
+        retry_after: float | None = None,
+    ) -> None:
+        self.message = message or self.default_message
+        self.http_status = http_status
+        self.code = code
+        self.retry_after = retry_after
+        super().__init__(self.message)
+
+    def to_info(self, *, secrets: Iterable[str | None] = ()) -> ErrorInfo:
+        return ErrorInfo(
+            category=self.category,
+            message=scrub(self.message, secrets)[:500],
+            http_status=self.http_status,
+            transient=self.transient,
+        )
+
+
+class TransientError(ProviderError):
+    transient = True
+    retryable = True
+    advances = True
+
+
+class RateLimitError(TransientError):
+    category = "rate_limit"
+    default_message = "The provider rate-limited the request."
+
+
+class UnavailableError(TransientError):
+    category = "unavailable"
+    default_message = "The provider is unavailable."
+
+
+class NetworkError(TransientError):
+    category = "network"
+    default_message = "Could not reach the provider."
+
+
+class ProviderTimeoutError(TransientError):
+    category = "timeout"
+    retryable = False
+    default_message = "The provider did not answer in time."
+
+
+class PermanentError(ProviderError):
+    transient = False
+    retryable = False
+    advances = False
+
+
+class ContextLengthError(PermanentError):
+    category = "context_length"
+    advances = True
+    default_message = "The input is longer than this model's context window."
+
+
+class AuthenticationError(PermanentError):
+    category = "authentication"
+    default_message = "The provider rejected the credentials."
+
+
+class InvalidRequestError(PermanentError):
+    category = "invalid_request"
+    default_message = "The provider rejected the request as invalid."
+
+
+class ContentPolicyError(PermanentError):
+    category = "content_policy"
+    default_message = "The provider refused the request under its content policy."
+
+
+class ResponseError(PermanentError):
+    category = "response"
+    default_message = "The provider's response could not be understood."

@@ -1,0 +1,267 @@
+"""Providers, chains, routing rules (configuration) and decisions/attempts (logs).
+
+Configuration rows are edited in the admin; log rows are written only by
+:mod:`llm_routing.recorder` and are read-only everywhere else. No row ever holds a key
+or the raw input: a Provider stores the NAME of the environment variable, a
+RoutingDecision stores the input's length and SHA-256.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import uuid
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.db import models
+from django.db.models import Q
+
+from .types import ProviderConfig
+from .validators import validate_api_key_env, validate_base_url
+
+__all__ = [
+    "Attempt",
+    "Chain",
+    "ChainEntry",
+    "Provider",
+    "RoutingDecision",
+    "RoutingRule",
+]
+
+
+class Provider(models.Model):
+    class Mode(models.TextChoices):
+        LIVE = "live", "live"
+        MOCK = "mock", "mock (answers offline)"
+
+    name = models.SlugField(max_length=64, unique=True)
+    kind = models.CharField(
+        max_length=64,
+        help_text="Adapter key: openai, openai_compatible, anthropic, gemini, mock, "
+        "or a kind registered in LLM_ROUTING['PROVIDER_KINDS'].",
+    )
+    model = models.CharField(max_length=128, blank=True)
+    base_url = models.CharField(
+        max_length=500,
+        blank=True,
+        validators=[validate_base_url],
+        help_text="Optional http(s) endpoint; empty means the vendor default.",
+    )
+    api_key_env = models.CharField(
+        "API key variable",
+        max_length=128,
+        blank=True,
+        validators=[validate_api_key_env],
+        help_text="NAME of the environment variable that holds the key (never the key).",
+    )
+    enabled = models.BooleanField(default=True)
+    mode = models.CharField(max_length=8, choices=Mode.choices, default=Mode.LIVE)
+    timeout_s = models.FloatField(default=30.0)
+    first_token_timeout_s = models.FloatField(default=10.0)
+    max_retries = models.PositiveSmallIntegerField(default=2)
+    params = models.JSONField(
+        default=dict, blank=True, help_text="Extra request parameters: temperature, max_tokens …"
+    )
+    supports_structured_output = models.BooleanField(default=False)
+    supports_streaming = models.BooleanField(default=False)
+    supports_prefill = models.BooleanField(default=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(timeout_s__gt=0) & Q(first_token_timeout_s__gt=0),
+                name="llm_routing_provider_timeouts_positive",
+            ),
+            models.CheckConstraint(
+                condition=Q(max_retries__lte=10), name="llm_routing_provider_max_retries_lte_10"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def key_present(self) -> bool:
+        """Whether the key variable is set and non-empty. The value is never kept."""
+        return bool(self.api_key_env) and bool(os.environ.get(self.api_key_env))
+
+    def clean(self) -> None:
+        from .providers.registry import is_known_kind
+
+        errors: dict[str, Any] = {}
+        if self.kind and not is_known_kind(self.kind):
+            errors["kind"] = ValidationError(
+                "Unknown provider kind %(kind)s.", code="unknown_kind", params={"kind": self.kind}
+            )
+        if not isinstance(self.params, dict):
+            errors["params"] = ValidationError("params must be a JSON object.", code="invalid")
+        if errors:
+            raise ValidationError(errors)
+
+    def to_config(self) -> ProviderConfig:
+        return ProviderConfig(
+            name=self.name,
+            kind=self.kind,
+            model=self.model,
+            base_url=self.base_url,
+            api_key_env=self.api_key_env,
+            enabled=self.enabled,
+            mode=self.mode,
+            timeout_s=self.timeout_s,
+            first_token_timeout_s=self.first_token_timeout_s,
+            max_retries=self.max_retries,
+            params=dict(self.params or {}),
+            supports_structured_output=self.supports_structured_output,
+            supports_streaming=self.supports_streaming,
+            supports_prefill=self.supports_prefill,
+            version=self.updated_at.isoformat() if self.updated_at else "",
+        )
+
+
+class Chain(models.Model):
+    name = models.SlugField(max_length=64, unique=True)
+    description = models.TextField(blank=True)
+    is_default = models.BooleanField(
+        default=False, help_text="Used when no routing rule matches. At most one chain."
+    )
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["is_default"],
+                condition=Q(is_default=True),
+                name="llm_routing_chain_single_default",
+                violation_error_message="Another chain is already the default chain.",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def provider_names(self) -> list[tuple[str, str]]:
+        """(provider name, model override) of the enabled entries, in position order."""
+        return [
+            (e.provider.name, e.model)
+            for e in self.entries.select_related("provider").order_by("position")
+            if e.enabled
+        ]
+
+
+class ChainEntry(models.Model):
+    chain = models.ForeignKey(Chain, on_delete=models.CASCADE, related_name="entries")
+    provider = models.ForeignKey(Provider, on_delete=models.PROTECT, related_name="entries")
+    position = models.PositiveIntegerField(default=0)
+    model = models.CharField(
+        max_length=128, blank=True, help_text="Optional model override for this chain."
+    )
+    enabled = models.BooleanField(default=True)
+
+    class Meta:
+        ordering = ["chain", "position"]
+        verbose_name_plural = "chain entries"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["chain", "position"], name="llm_routing_chainentry_unique_position"
+            ),
+            models.UniqueConstraint(
+                fields=["chain", "provider"], name="llm_routing_chainentry_unique_provider"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.chain_id}#{self.position}: {self.provider_id}"
+
+
+class RoutingRule(models.Model):
+    name = models.SlugField(max_length=64, unique=True)
+    priority = models.IntegerField(default=100, help_text="Lower numbers are tried first.")
+    enabled = models.BooleanField(default=True)
+    route = models.CharField(
+        max_length=64, blank=True, help_text="Matches requests whose route key equals this."
+    )
+    task_glob = models.CharField(
+        max_length=128, blank=True, help_text="Shell-style pattern on the task, e.g. summarize*."
+    )
+    chain = models.ForeignKey(Chain, on_delete=models.PROTECT, related_name="rules")
+
+    class Meta:
+        ordering = ["priority", "name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def clean(self) -> None:
+        if not self.route and not self.task_glob:
+            raise ValidationError(
+                "A rule needs a route key, a task pattern, or both.", code="no_condition"
+            )
+
+    def matches(self, *, task: str, route: str | None) -> bool:
+        if self.route and self.route != (route or ""):
+            return False
+        if self.task_glob and not fnmatch.fnmatchcase(task, self.task_glob):
+            return False
+        return bool(self.route or self.task_glob)
+
+
+class RoutingDecision(models.Model):
+    request_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    task = models.CharField(max_length=64)
+    route = models.CharField(max_length=64, blank=True)
+    rule = models.CharField(max_length=64, blank=True)
+    router_mode = models.CharField(max_length=16)
+    chain_name = models.CharField(max_length=64, blank=True)
+    requested_provider = models.CharField(max_length=64, blank=True)
+    selected_provider = models.CharField(max_length=64, blank=True)
+    fallback_used = models.BooleanField(default=False)
+    fallback_reason = models.CharField(max_length=32, blank=True)
+    status = models.CharField(max_length=16)
+    mode = models.CharField(max_length=16)
+    input_length = models.PositiveIntegerField()
+    input_sha256 = models.CharField(max_length=64)
+    total_latency_ms = models.FloatField(default=0.0)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        get_latest_by = "created_at"
+
+    def __str__(self) -> str:
+        return str(self.request_id)
+
+
+class Attempt(models.Model):
+    class Outcome(models.TextChoices):
+        OK = "ok", "ok"
+        ERROR = "error", "error"
+        SKIPPED = "skipped", "skipped"
+
+    decision = models.ForeignKey(RoutingDecision, on_delete=models.CASCADE, related_name="attempts")
+    index = models.PositiveSmallIntegerField()
+    provider = models.CharField(max_length=64)
+    model = models.CharField(max_length=128, blank=True)
+    outcome = models.CharField(max_length=8, choices=Outcome.choices)
+    reason = models.CharField(max_length=32, blank=True)
+    error_category = models.CharField(max_length=32, blank=True)
+    http_status = models.PositiveSmallIntegerField(null=True, blank=True)
+    transient = models.BooleanField(default=False)
+    retries = models.PositiveSmallIntegerField(default=0)
+    latency_ms = models.FloatField(default=0.0)
+    served = models.BooleanField(default=False)
+    partial = models.BooleanField(default=False)
+
+    class Meta:
+        ordering = ["decision", "index"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["decision", "index"], name="llm_routing_attempt_unique_index"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.decision_id}#{self.index} {self.provider} {self.outcome}"

@@ -1,0 +1,107 @@
+"""The mock provider: deterministic, offline, always available.
+
+The same (task, instructions, input_text, response_schema) always yields the same
+output, and the output says that it is a mock. It is the router's backstop and the
+adapter used for any provider row in ``mode = mock`` (staging without keys).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+from ..conf import routing_settings
+from ..types import AuditRequest, ProviderResult, Usage
+from .base import BaseProvider
+
+__all__ = ["MockProvider", "instance_from_schema"]
+
+
+def _digest(request: AuditRequest) -> str:
+    material = json.dumps(
+        [request.task, request.instructions, request.input_text, request.response_schema],
+        sort_keys=True,
+        ensure_ascii=True,
+        default=str,
+    )
+    return hashlib.sha256(material.encode("ascii")).hexdigest()
+
+
+def instance_from_schema(schema: Mapping[str, Any], *, depth: int = 0) -> Any:
+    """A small deterministic value that satisfies common JSON Schema shapes."""
+    if depth > 16 or not isinstance(schema, Mapping):
+        return None
+    if "const" in schema:
+        return schema["const"]
+    if schema.get("enum"):
+        return schema["enum"][0]
+    for combinator in ("anyOf", "oneOf", "allOf"):
+        options = schema.get(combinator)
+        if isinstance(options, list) and options:
+            return instance_from_schema(options[0], depth=depth + 1)
+    kind = schema.get("type")
+    if isinstance(kind, list):
+        kind = next((k for k in kind if k != "null"), kind[0] if kind else None)
+    if kind == "object" or (kind is None and "properties" in schema):
+        props = schema.get("properties") or {}
+        required = schema.get("required") or list(props)
+        return {
+            name: instance_from_schema(props.get(name, {}), depth=depth + 1)
+            for name in required
+            if isinstance(name, str)
+        }
+    if kind == "array":
+        count = int(schema.get("minItems", 0) or 0)
+        item = instance_from_schema(schema.get("items") or {}, depth=depth + 1)
+        return [item for _ in range(min(count, 8))]
+    if kind == "string":
+        return "mock" + "x" * max(0, int(schema.get("minLength", 0) or 0) - 4)
+    if kind == "integer":
+        return int(schema.get("minimum", 0) or 0)
+    if kind == "number":
+        return float(schema.get("minimum", 0) or 0)
+    if kind == "boolean":
+        return False
+    return None
+
+
+class MockProvider(BaseProvider):
+    kind: ClassVar[str] = "mock"
+    requires_key: ClassVar[bool] = False
+    result_mode: ClassVar[str] = "mock"
+
+    def supports(self, capability: str) -> bool:
+        return capability in {"structured_output", "streaming"}
+
+    def complete(
+        self, request: AuditRequest, *, api_key: str | None, timeout: float
+    ) -> ProviderResult:
+        started = time.perf_counter()
+        digest = _digest(request)
+        output = (
+            f"[mock] {request.task}: deterministic mock answer {digest[:16]} "
+            f"for {len(request.input_text)} characters of input."
+        )
+        data = (
+            instance_from_schema(request.response_schema)
+            if request.response_schema is not None
+            else None
+        )
+        model = self.config.model or routing_settings.MOCK_MODEL
+        return ProviderResult(
+            provider=self.config.name,
+            model=model,
+            mode="mock",
+            status="ok",
+            output=output,
+            data=data,
+            usage=Usage(
+                input_tokens=(len(request.instructions) + len(request.input_text) + 3) // 4,
+                output_tokens=len(output.split()),
+            ),
+            latency_ms=(time.perf_counter() - started) * 1000,
+            finish_reason="stop",
+        )

@@ -1,0 +1,144 @@
+"""The single retry layer: same-provider retries for transient failures (DESIGN §4).
+
+Exponential backoff with full jitter (AWS architecture blog's "full jitter":
+``sleep = random(0, min(cap, base * 2**n))``); a ``Retry-After`` the provider sent
+is honoured up to ``RETRY_AFTER_CAP_S`` — over the cap there is no same-provider
+retry, the router fails over at once. Timeouts are not retried on the same provider.
+The sleeper and the random source are injectable so tests never sleep.
+
+:func:`call_with_retries` never raises: every outcome is a ProviderResult.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Callable
+from dataclasses import replace
+
+from ..conf import routing_settings
+from ..errors import ProviderError, ProviderTimeoutError, ResponseError
+from ..providers.base import BaseProvider, read_api_key
+from ..types import AuditRequest, ProviderResult
+from .budget import Budget
+
+__all__ = ["backoff_delay", "call_with_retries", "error_result"]
+
+logger = logging.getLogger("llm_routing.retry")
+
+Sleeper = Callable[[float], None]
+
+
+def backoff_delay(retry_number: int, *, rng: Callable[[], float] = random.random) -> float:
+    """Full-jitter backoff for the ``retry_number``-th retry (0-based)."""
+    cap = float(routing_settings.BACKOFF_MAX_S)
+    base = float(routing_settings.BACKOFF_BASE_S)
+    return rng() * min(cap, base * (2**retry_number))
+
+
+def error_result(
+    adapter: BaseProvider,
+    exc: ProviderError,
+    *,
+    latency_ms: float,
+    retries: int,
+    upstream_requests: int,
+    secrets: tuple[str | None, ...] = (),
+) -> ProviderResult:
+    return ProviderResult(
+        provider=adapter.config.name,
+        model=adapter.config.model,
+        mode="error",
+        status="error",
+        error=exc.to_info(secrets=secrets),
+        latency_ms=latency_ms,
+        retries=retries,
+        upstream_requests=upstream_requests,
+    )
+
+
+def call_with_retries(
+    adapter: BaseProvider,
+    request: AuditRequest,
+    *,
+    budget: Budget,
+    sleeper: Sleeper = time.sleep,
+    rng: Callable[[], float] = random.random,
+) -> ProviderResult:
+    config = adapter.config
+    started = time.perf_counter()
+    retries = 0
+    upstream = 0
+    api_key: str | None = None
+    while True:
+        if not budget.can_start():
+            exc: ProviderError = ProviderTimeoutError(
+                "The request-wide deadline or attempt budget was used up."
+            )
+            return error_result(
+                adapter,
+                exc,
+                latency_ms=(time.perf_counter() - started) * 1000,
+                retries=retries,
+                upstream_requests=upstream,
+            )
+        budget.take()
+        upstream += 1
+        api_key = read_api_key(config.api_key_env) if adapter.requires_key else None
+        try:
+            result = adapter.complete(
+                request, api_key=api_key, timeout=budget.timeout_for(config.timeout_s)
+            )
+        except ProviderError as err:
+            exc = err
+        except Exception as err:  # an adapter bug must not escape the router
+            logger.exception("Adapter %s (%s) raised %s", config.name, config.kind, type(err))
+            exc = ResponseError(f"The adapter failed unexpectedly ({type(err).__name__}).")
+        else:
+            return replace(
+                result,
+                retries=retries,
+                upstream_requests=upstream,
+                latency_ms=(time.perf_counter() - started) * 1000,
+            )
+        delay = _retry_delay(exc, retries, config.max_retries, budget, rng)
+        if delay is None:
+            return error_result(
+                adapter,
+                exc,
+                latency_ms=(time.perf_counter() - started) * 1000,
+                retries=retries,
+                upstream_requests=upstream,
+                secrets=(api_key,),
+            )
+        logger.info(
+            "Retrying %s after %s (retry %d, sleeping %.3fs)",
+            config.name,
+            exc.category,
+            retries + 1,
+            delay,
+        )
+        sleeper(delay)
+        retries += 1
+
+
+def _retry_delay(
+    exc: ProviderError,
+    retries: int,
+    max_retries: int,
+    budget: Budget,
+    rng: Callable[[], float],
+) -> float | None:
+    """Seconds to wait before retrying the same provider, or None to give up on it."""
+    if not exc.retryable or retries >= max_retries:
+        return None
+    if exc.retry_after is not None:
+        if exc.retry_after > float(routing_settings.RETRY_AFTER_CAP_S):
+            return None
+        delay = max(0.0, exc.retry_after)
+    else:
+        delay = backoff_delay(retries, rng=rng)
+    if not budget.can_wait(delay) or budget.attempts_used >= budget.max_attempts:
+        return None
+    return delay

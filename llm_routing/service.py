@@ -1,0 +1,28 @@
+"""The Python API behind ``llm_routing.audit`` — shared by the HTTP view and tasks."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.exceptions import ValidationError
+
+from .router import route
+from .types import AuditRequest, RoutingResult
+
+__all__ = ["audit", "build_request"]
+
+
+def build_request(**kwargs: Any) -> AuditRequest:
+    """Validate keyword arguments exactly as ``POST /audit/`` validates its body."""
+    from .api.serializers import AuditRequestSerializer
+
+    serializer = AuditRequestSerializer(data=kwargs)
+    if not serializer.is_valid():
+        raise ValidationError(
+            {field: [str(e) for e in errors] for field, errors in serializer.errors.items()}
+        )
+    return serializer.to_request()
+
+
+def audit(**kwargs: Any) -> RoutingResult:
+    return route(build_request(**kwargs))

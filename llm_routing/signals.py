@@ -1,0 +1,35 @@
+"""Routing hooks, sent robustly: a receiver that raises never changes the routing result.
+
+- ``before_provider_call(sender, request_id, provider, model, task)``
+- ``after_provider_result(sender, request_id, provider, result)`` (a ProviderResult)
+- ``on_provider_fallback(sender, request_id, provider, reason)`` — a candidate was
+  skipped or failed and the router moves on.
+
+Receivers never get the raw input or a key.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from django.dispatch import Signal
+
+__all__ = ["after_provider_result", "before_provider_call", "on_provider_fallback", "send"]
+
+logger = logging.getLogger("llm_routing.signals")
+
+before_provider_call = Signal()
+after_provider_result = Signal()
+on_provider_fallback = Signal()
+
+
+def send(signal: Signal, **kwargs: Any) -> None:
+    """``send_robust`` and log (without arguments) any receiver that raised."""
+    for receiver, response in signal.send_robust(sender=None, **kwargs):
+        if isinstance(response, Exception):
+            logger.error(
+                "Signal receiver %r raised %s; routing continues.",
+                getattr(receiver, "__qualname__", receiver),
+                type(response).__name__,
+            )
