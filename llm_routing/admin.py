@@ -72,6 +72,15 @@ class ChainAdmin(admin.ModelAdmin):
         return " → ".join(e.provider.name for e in entries if e.enabled) or "—"
 
 
+@admin.register(ChainEntry)
+class ChainEntryAdmin(admin.ModelAdmin):
+    list_display = ["chain", "position", "provider", "model", "enabled"]
+    list_filter = ["chain", "enabled"]
+    list_select_related = ["chain", "provider"]
+    ordering = ["chain__name", "position"]
+    autocomplete_fields = ["provider"]
+
+
 @admin.register(RoutingRule)
 class RoutingRuleAdmin(admin.ModelAdmin):
     list_display = ["name", "priority", "enabled", "route", "task_glob", "chain"]
