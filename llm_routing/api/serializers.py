@@ -6,6 +6,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from drf_spectacular.utils import extend_schema_field
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 from rest_framework import serializers
@@ -45,6 +46,7 @@ class StrictRegexField(serializers.RegexField):
         return str(super().to_internal_value(data))
 
 
+@extend_schema_field({"type": "object", "additionalProperties": {"type": "string"}})
 class StrictStringMapField(serializers.Field):
     """A flat ``{str: str}`` object with bounded size; no coercion of numbers."""
 
