@@ -58,7 +58,7 @@ class ChainEntryInline(admin.TabularInline):
 
 @admin.register(Chain)
 class ChainAdmin(admin.ModelAdmin):
-    list_display = ["name", "is_default", "providers", "description"]
+    list_display = ["name", "is_default", "stream_mode", "providers", "description"]
     list_filter = ["is_default"]
     search_fields = ["name"]
     inlines = [ChainEntryInline]

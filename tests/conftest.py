@@ -13,7 +13,14 @@ from llm_routing.errors import ProviderError
 from llm_routing.models import Chain, ChainEntry, Provider
 from llm_routing.providers import registry
 from llm_routing.providers.base import BaseProvider
-from llm_routing.types import AuditRequest, ProviderResult, Usage
+from llm_routing.types import (
+    AuditRequest,
+    ProviderResult,
+    StreamDelta,
+    StreamEnd,
+    StreamEvent,
+    Usage,
+)
 
 
 class ScriptedProvider(BaseProvider):
@@ -24,6 +31,26 @@ class ScriptedProvider(BaseProvider):
     requires_key: ClassVar[bool] = True
     scripts: ClassVar[dict[str, list[Any]]] = {}
     calls: ClassVar[list[tuple[str, str | None]]] = []
+    # name -> list of streams; each stream a list of str (a delta), "END" or an exception
+    streams: ClassVar[dict[str, list[list[Any]]]] = {}
+    prefills: ClassVar[list[tuple[str, str]]] = []
+
+    def stream(
+        self, request: AuditRequest, *, api_key: str | None, timeout: float
+    ) -> Iterator[StreamEvent]:
+        type(self).calls.append((self.config.name, api_key))
+        type(self).prefills.append((self.config.name, request.prefill))
+        queue = type(self).streams.get(self.config.name) or [["answer ", "END"]]
+        steps = queue.pop(0) if len(queue) > 1 else queue[0]
+        for step in steps:
+            if isinstance(step, BaseException):
+                raise step
+            if step == "END":
+                yield StreamEnd(
+                    finish_reason="stop", usage=Usage(input_tokens=2, output_tokens=len(steps))
+                )
+                return
+            yield StreamDelta(step)
 
     def complete(
         self, request: AuditRequest, *, api_key: str | None, timeout: float
@@ -54,6 +81,8 @@ def scripted() -> Iterator[type[ScriptedProvider]]:
     registry.register("scripted_keyless", KeylessScriptedProvider)
     ScriptedProvider.scripts = {}
     ScriptedProvider.calls = []
+    ScriptedProvider.streams = {}
+    ScriptedProvider.prefills = []
     yield ScriptedProvider
     registry.clear_adapter_cache()
 
