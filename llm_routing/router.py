@@ -95,6 +95,13 @@ def _dedup_mock_last(
     return tuple(out)
 
 
+def _first_matching_rule(request: AuditRequest) -> RoutingRule | None:
+    for rule in RoutingRule.objects.filter(enabled=True).select_related("chain"):
+        if rule.matches(task=request.task, route=request.route):
+            return rule
+    return None
+
+
 def resolve(request: AuditRequest) -> Plan:
     """Step 1 of the algorithm (reads configuration rows, writes nothing)."""
     if request.force_provider:
@@ -108,25 +115,26 @@ def resolve(request: AuditRequest) -> Plan:
     chain_name: str | None = None
     rule_name: str | None = None
     mode: RouterMode = "default"
-    for rule in RoutingRule.objects.filter(enabled=True).select_related("chain"):
-        if rule.matches(task=request.task, route=request.route):
-            fallbacks = rule.chain.provider_names()
-            chain_name, rule_name, mode = rule.chain.name, rule.name, "rule"
-            stream_mode = rule.chain.stream_mode
-            break
-    else:
-        routes = routing_settings.ROUTES or {}
-        default = Chain.objects.filter(is_default=True).first()
-        if request.route and request.route in routes:
-            fallbacks = [(str(n), "") for n in routes[request.route]]
-            chain_name = f"route:{request.route}"
-        elif default is not None:
-            fallbacks = default.provider_names()
-            chain_name = default.name
-            stream_mode = default.stream_mode
-        elif routing_settings.DEFAULT_CHAIN:
-            fallbacks = [(str(n), "") for n in routing_settings.DEFAULT_CHAIN]
-            chain_name = "settings"
+    named = Chain.objects.filter(name=request.chain).first() if request.chain else None
+    rule = None if named is not None else _first_matching_rule(request)
+    routes = routing_settings.ROUTES or {}
+    if named is not None:
+        fallbacks = named.provider_names()
+        chain_name, mode, stream_mode = named.name, "explicit", named.stream_mode
+    elif rule is not None:
+        fallbacks = rule.chain.provider_names()
+        chain_name, rule_name, mode = rule.chain.name, rule.name, "rule"
+        stream_mode = rule.chain.stream_mode
+    elif request.route and request.route in routes:
+        fallbacks = [(str(n), "") for n in routes[request.route]]
+        chain_name = f"route:{request.route}"
+    elif (default := Chain.objects.filter(is_default=True).first()) is not None:
+        fallbacks = default.provider_names()
+        chain_name = default.name
+        stream_mode = default.stream_mode
+    elif routing_settings.DEFAULT_CHAIN:
+        fallbacks = [(str(n), "") for n in routing_settings.DEFAULT_CHAIN]
+        chain_name = "settings"
     entries = list(fallbacks)
     if request.provider == MOCK_PROVIDER_NAME:
         # The mock never fails, so an explicit mock primary is the whole walk.
@@ -494,7 +502,7 @@ def route_stream(
     delivered: list[str] = []
     outcome = _StreamOutcome()
     try:
-        yield from _pump(live.pop(final.provider), delivered, outcome)
+        yield from _pump(live.pop(final.provider), delivered, outcome, session.walk.attempts[-1])
         if outcome.failure is not None and mode == "continuation" and delivered:
             yield from _continue(session, opener, live, delivered, outcome)
     except GeneratorExit:
@@ -522,6 +530,7 @@ def _pump(
     source: tuple[Iterator[StreamEvent], list[StreamEvent]],
     delivered: list[str],
     outcome: _StreamOutcome,
+    served: AttemptRecord,
 ) -> Iterator[StreamChunk]:
     events, head = source
     outcome.end, outcome.failure = None, None
@@ -532,7 +541,7 @@ def _pump(
                 break
             if event.text:
                 delivered.append(event.text)
-                yield StreamChunk(event.text)
+                yield StreamChunk(event.text, provider=served.provider, model=served.model)
         if outcome.end is None:
             outcome.failure = ResponseError("The stream was cut before it finished.")
     except ProviderError as exc:
@@ -579,7 +588,7 @@ def _continue(
         session.walk.add(**_attempt_record(result, served=result.ok))
         if not result.ok or name not in live:
             break
-        yield from _pump(live.pop(name), delivered, outcome)
+        yield from _pump(live.pop(name), delivered, outcome, session.walk.attempts[-1])
         if outcome.failure is None:
             outcome.served_by = name
             return

@@ -48,6 +48,8 @@ class AuditRequest:
     provider: str | None = None
     route: str | None = None
     force_provider: str | None = None
+    # A chain chosen by name (the OpenAI-compatible face's ``model``), instead of rules.
+    chain: str | None = None
     response_schema: Mapping[str, Any] | None = None
     metadata: Mapping[str, str] = field(default_factory=dict)
     stream: bool = False
@@ -272,6 +274,8 @@ class StreamChunk:
     """Text handed to the caller (after the commit point it is never replayed)."""
 
     text: str
+    provider: str = ""
+    model: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -140,11 +140,6 @@ class AuditRequestSerializer(serializers.Serializer):
             raise serializers.ValidationError(f"Not a valid JSON Schema: {exc.message}") from None
         return value
 
-    def validate_stream(self, value: bool) -> bool:
-        if value:
-            raise serializers.ValidationError("Streaming is not available in this version.")
-        return value
-
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         if attrs.get("async"):
             raise serializers.ValidationError(

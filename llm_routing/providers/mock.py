@@ -95,6 +95,11 @@ class MockProvider(BaseProvider):
             f"[mock] {request.task}: deterministic mock answer {digest[:16]} "
             f"for {len(request.input_text)} characters of input."
         )
+        data = None
+        if request.response_schema is not None:
+            # Structured output: like the vendors, the text is the JSON document.
+            data = instance_from_schema(request.response_schema)
+            output = json.dumps(data, sort_keys=True)
         if request.prefill:
             # Continuation: only what follows the delivered text.
             output = (
@@ -102,11 +107,6 @@ class MockProvider(BaseProvider):
                 if output.startswith(request.prefill)
                 else (f" [mock continuation {digest[:8]}]")
             )
-        data = (
-            instance_from_schema(request.response_schema)
-            if request.response_schema is not None
-            else None
-        )
         model = self.config.model or routing_settings.MOCK_MODEL
         return ProviderResult(
             provider=self.config.name,
