@@ -6,7 +6,9 @@
    an explicit ``provider`` (``explicit``) goes first. Candidates are
    ``[primary, *fallbacks, "mock"]``, de-duplicated, mock always last.
 2. Availability: ``unknown_provider``, ``disabled``, ``missing_key``, ``circuit_open``,
-   ``unsupported`` — each skip recorded and announced through ``on_provider_fallback``.
+   ``unsupported``, ``budget_exhausted`` (the request-wide deadline or attempt budget
+   leaves no room for a real call) — each skip recorded and announced through
+   ``on_provider_fallback``.
 3. Attempt through the retry layer; transient and context-length failures advance,
    anything else stops the walk with that error result.
 4. Exhausted → the mock answers.
@@ -363,6 +365,9 @@ def _walk(
         row = rows.get(name)
         adapter = _adapter_for(name, model, row)
         reason = _skip_reason(name, row, adapter, request)
+        if reason is None and name != MOCK_PROVIDER_NAME and not budget.can_start():
+            # No time or attempts left for a real call: skipped, not a phantom attempt.
+            reason = "budget_exhausted"
         if reason is not None:
             shown_model = model or (row.model if row else "")
             walk.add(provider=name, model=shown_model, outcome="skipped", reason=reason)
