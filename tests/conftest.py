@@ -34,7 +34,7 @@ VENDOR_OF_KIND = {
 
 def base_url_for(kind: str, fake: FakeUpstream) -> str:
     """The base_url a provider row of ``kind`` uses to reach the fake upstream."""
-    return f"{fake.url}/v1" if VENDOR_OF_KIND[kind] == "openai" else fake.url
+    return f"{fake.url}/v1" if VENDOR_OF_KIND.get(kind) == "openai" else fake.url
 
 
 @pytest.fixture
@@ -63,3 +63,42 @@ def make_adapter(fake_upstream: FakeUpstream) -> Iterator[Callable[..., HttpProv
     yield factory
     for adapter in built:
         adapter.close()
+
+
+class Sleeps(list[float]):
+    """An injectable sleeper that records each wait and never sleeps."""
+
+    def __call__(self, seconds: float) -> None:
+        self.append(seconds)
+
+
+@pytest.fixture
+def make_chain(fake_upstream: FakeUpstream) -> Callable[..., list[Any]]:
+    """Create Provider rows pointed at the fake upstream and a default Chain of them.
+
+    ``make_chain(("oc", "openai_compatible", {...overrides}), ("an", "anthropic", {}))``
+    """
+    from llm_routing.models import Chain, ChainEntry, Provider
+
+    def factory(*specs: tuple[str, str, dict[str, Any]]) -> list[Provider]:
+        chain = Chain.objects.create(name="default", is_default=True)
+        rows = []
+        for position, (name, kind, overrides) in enumerate(specs):
+            fields: dict[str, Any] = {
+                "name": name,
+                "kind": kind,
+                "model": f"{kind}-model",
+                "base_url": base_url_for(kind, fake_upstream),
+                "api_key_env": "TEST_PROVIDER_KEY",
+                "timeout_s": 5.0,
+                "first_token_timeout_s": 5.0,
+                "max_retries": 2,
+                "supports_structured_output": True,
+            }
+            fields.update(overrides)
+            row = Provider.objects.create(**fields)
+            ChainEntry.objects.create(chain=chain, provider=row, position=position)
+            rows.append(row)
+        return rows
+
+    return factory
