@@ -104,12 +104,25 @@ _installed: RedactKeysFilter | None = None
 
 
 def install(extra_names: Iterable[str] = ()) -> RedactKeysFilter:
-    """Attach one :class:`RedactKeysFilter` to every logger of :data:`LOGGER_NAMES`."""
+    """Attach one :class:`RedactKeysFilter` to every logger of :data:`LOGGER_NAMES` and
+    to every already-created logger below ``llm_routing``, ``httpx`` and ``httpcore``.
+
+    Idempotent; HTTP adapters call it again when they are built, which catches module
+    loggers created after start-up.
+    """
     global _installed
     if _installed is None:
         _installed = RedactKeysFilter(extra_names=extra_names)
-    for name in LOGGER_NAMES:
+    existing = [
+        name
+        for name, obj in list(logging.root.manager.loggerDict.items())
+        if isinstance(obj, logging.Logger) and name.startswith(_PREFIXES)
+    ]
+    for name in (*LOGGER_NAMES, *existing):
         logger = logging.getLogger(name)
         if _installed not in logger.filters:
             logger.addFilter(_installed)
     return _installed
+
+
+_PREFIXES = ("llm_routing.", "httpx.", "httpcore.")

@@ -93,3 +93,12 @@ def test_w010_warns_when_httpx_debug_logging_is_on() -> None:
     assert warning.id == "llm_routing.W010"
     assert "httpcore" in warning.msg and "httpx" not in warning.msg
     assert warning.hint
+
+
+def test_install_covers_loggers_created_later(
+    canary: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    late = logging.getLogger("llm_routing.created_later")
+    install()
+    late.error("late %s", canary)
+    assert canary not in caplog.text and "late [redacted]" in caplog.text

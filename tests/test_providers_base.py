@@ -154,3 +154,12 @@ def test_validate_structured() -> None:
         validate_structured('{"b": 1}', schema)
     with pytest.raises(errors.ResponseError):
         validate_structured('{"a": 1}', {"type": 12})  # a schema jsonschema cannot use
+
+
+def test_a_client_closed_mid_flight_is_a_network_error(
+    make_adapter: Callable[..., HttpProvider],
+) -> None:
+    adapter = make_adapter("openai")
+    adapter.client.close()  # as the registry does when the row changes
+    with pytest.raises(errors.NetworkError):
+        adapter.complete(REQUEST, api_key="k-123456", timeout=5.0)

@@ -27,7 +27,7 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import best_match
 
 from ..conf import routing_settings
-from ..errors import ProviderError, ProviderTimeoutError, ResponseError
+from ..errors import NetworkError, ProviderError, ProviderTimeoutError, ResponseError
 from ..types import AuditRequest, ProviderConfig, ProviderResult, Usage
 from .classify import classify_http_error, from_httpx_exception, parse_retry_after
 
@@ -105,6 +105,9 @@ class HttpProvider(BaseProvider):
         self._transport = transport
         self._client: httpx.Client | None = None
         self._client_lock = threading.Lock()
+        from ..logging import install
+
+        install()  # idempotent: also covers loggers created after start-up
 
     # --- the client ---------------------------------------------------------------
     @property
@@ -210,6 +213,11 @@ class HttpProvider(BaseProvider):
             # ``from None``: the httpx exception carries the URL and request; only the
             # classified, key-free error escapes.
             raise from_httpx_exception(exc) from None
+        except RuntimeError:
+            # The registry closed this client (the provider row changed) mid-call.
+            if self._client is None or self._client.is_closed:
+                raise NetworkError("The HTTP client was closed during the call.") from None
+            raise
 
     def decode(self, body: bytes) -> Any:
         try:

@@ -21,6 +21,7 @@ from dataclasses import replace
 
 from ..conf import routing_settings
 from ..errors import ProviderError, ProviderTimeoutError, ResponseError
+from ..logging import known_key_values
 from ..providers.base import BaseProvider, read_api_key
 from ..types import AuditRequest, ProviderResult
 from .budget import Budget
@@ -117,7 +118,7 @@ def call_with_retries(
                 latency_ms=(time.perf_counter() - started) * 1000,
                 retries=retries,
                 upstream_requests=upstream,
-                secrets=(api_key,),
+                secrets=(api_key, *known_key_values()),
             )
         logger.info(
             "Retrying %s after %s (retry %d, sleeping %.3fs)",
