@@ -255,3 +255,22 @@ def test_an_adapter_bug_becomes_a_response_error(caplog: pytest.LogCaptureFixtur
     result, sleeps = run(Broken(config))
     assert result.error is not None and result.error.category == "response"
     assert sleeps == []
+
+
+def test_a_wait_that_overruns_the_deadline_keeps_the_last_error(
+    fake_upstream: FakeUpstream, make_adapter: Callable[..., HttpProvider]
+) -> None:
+    now = [0.0]
+    b = Budget(deadline_s=3.0, max_attempts=10, clock=lambda: now[0])
+    fake_upstream.script("openai", *[Faults.unavailable("openai", 502)] * 3)
+
+    def oversleeper(seconds: float) -> None:  # the process was descheduled for 10 s
+        now[0] += 10.0
+
+    result = call_with_retries(
+        make_adapter("openai", max_retries=5), REQUEST, budget=b, sleeper=oversleeper
+    )
+    assert result.error is not None and result.error.category == "unavailable"
+    assert result.error.http_status == 502
+    assert result.retries == 0 and result.upstream_requests == 1
+    assert len(fake_upstream.requests) == 1

@@ -78,18 +78,16 @@ def call_with_retries(
     # it neither draws on nor is refused by the request-wide budget, so the backstop
     # still answers when the budget is spent.
     offline = adapter.result_mode == "mock"
+    if not offline and not budget.can_start():
+        return error_result(
+            adapter,
+            ProviderTimeoutError("The request-wide deadline or attempt budget was used up."),
+            latency_ms=(time.perf_counter() - started) * 1000,
+            retries=0,
+            upstream_requests=0,
+        )
+    exc: ProviderError
     while True:
-        if not offline and not budget.can_start():
-            exc: ProviderError = ProviderTimeoutError(
-                "The request-wide deadline or attempt budget was used up."
-            )
-            return error_result(
-                adapter,
-                exc,
-                latency_ms=(time.perf_counter() - started) * 1000,
-                retries=retries,
-                upstream_requests=upstream,
-            )
         if not offline:
             budget.take()
             upstream += 1
@@ -111,24 +109,28 @@ def call_with_retries(
                 latency_ms=(time.perf_counter() - started) * 1000,
             )
         delay = _retry_delay(exc, retries, config.max_retries, budget, rng)
-        if delay is None:
-            return error_result(
-                adapter,
-                exc,
-                latency_ms=(time.perf_counter() - started) * 1000,
-                retries=retries,
-                upstream_requests=upstream,
-                secrets=(api_key, *known_key_values()),
+        if delay is not None:
+            logger.info(
+                "Retrying %s after %s (retry %d, sleeping %.3fs)",
+                config.name,
+                exc.category,
+                retries + 1,
+                delay,
             )
-        logger.info(
-            "Retrying %s after %s (retry %d, sleeping %.3fs)",
-            config.name,
-            exc.category,
-            retries + 1,
-            delay,
+            sleeper(delay)
+            # The wait itself may have used up what was left: then the last error
+            # stands and no request is counted that was never sent.
+            if offline or budget.can_start():
+                retries += 1
+                continue
+        return error_result(
+            adapter,
+            exc,
+            latency_ms=(time.perf_counter() - started) * 1000,
+            retries=retries,
+            upstream_requests=upstream,
+            secrets=(api_key, *known_key_values()),
         )
-        sleeper(delay)
-        retries += 1
 
 
 def _retry_delay(
