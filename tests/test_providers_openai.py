@@ -159,3 +159,17 @@ def test_openai_default_base_url(make_adapter: Callable[..., HttpProvider]) -> N
 )
 def test_schema_name(schema: dict[str, str], name: str) -> None:
     assert schema_name(schema) == name
+
+
+def test_strict_schema_can_be_relaxed_per_row(
+    fake_upstream: FakeUpstream, make_adapter: Callable[..., HttpProvider]
+) -> None:
+    adapter = make_adapter("openai", params={"strict_schema": False})
+    adapter.complete(
+        AuditRequest(task="t", input_text="x", response_schema=SCHEMA),
+        api_key="k-123456",
+        timeout=5.0,
+    )
+    body = fake_upstream.requests[0].json
+    assert body["response_format"]["json_schema"]["strict"] is False
+    assert "strict_schema" not in body

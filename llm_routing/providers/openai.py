@@ -21,7 +21,9 @@ from .base import HttpProvider, validate_structured
 
 __all__ = ["OpenAIProvider", "chat_messages", "schema_name"]
 
-_RESERVED = frozenset({"model", "messages", "stream", "stream_options", "response_format", "n"})
+_RESERVED = frozenset(
+    {"model", "messages", "stream", "stream_options", "response_format", "n", "strict_schema"}
+)
 _NAME_RE = re.compile(r"[^a-zA-Z0-9_-]+")
 
 
@@ -58,9 +60,12 @@ class OpenAIProvider(HttpProvider):
         }
         if request.response_schema is not None:
             schema = dict(request.response_schema)
+            # Strict mode needs every property required and additionalProperties false;
+            # a row can relax it with params {"strict_schema": false} (not sent upstream).
+            strict = (self.config.params or {}).get("strict_schema", True) is not False
             payload["response_format"] = {
                 "type": "json_schema",
-                "json_schema": {"name": schema_name(schema), "schema": schema, "strict": True},
+                "json_schema": {"name": schema_name(schema), "schema": schema, "strict": strict},
             }
         return payload
 
