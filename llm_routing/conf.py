@@ -66,6 +66,11 @@ DEFAULTS: dict[str, Any] = {
     "MAX_RESPONSE_BYTES": 4_194_304,
     # Django cache alias holding circuit state (shared when it is Redis).
     "CACHE_ALIAS": "default",
+    # --- streaming (issue 5) ---------------------------------------------------------
+    # Longest silence between two stream events once the first token has arrived
+    # (before it, the row's first_token_timeout_s applies); always inside the call's
+    # overall timeout and the request-wide deadline.
+    "STREAM_IDLE_TIMEOUT_S": 30.0,
     # --- HTTP API --------------------------------------------------------------------
     "API_AUTHENTICATION_CLASSES": [
         "rest_framework.authentication.TokenAuthentication",

@@ -14,6 +14,20 @@ Errors: ``{"type": "error", "error": {"type", "message"}, "request_id"}`` — ty
 ``authentication_error`` (401), ``permission_error`` (403), ``not_found_error`` (404),
 ``request_too_large`` (413), ``rate_limit_error`` (429), ``api_error`` (500),
 ``overloaded_error`` (529).
+
+Streaming (``"stream": true``): named SSE events ``message_start`` (model, input
+usage), ``content_block_start`` / ``content_block_delta`` (``text_delta``; for the
+structured-output tool, ``input_json_delta`` pieces of its JSON input, streamed as the
+answer text and validated once complete) / ``content_block_stop``, ``message_delta``
+(``stop_reason``, cumulative output usage), ``message_stop``, any number of ``ping``,
+and ``error`` (e.g. ``overloaded_error``) — unknown event types are ignored, as the
+API's versioning policy asks.
+
+Pass-through: the request's ``temperature`` and ``max_tokens`` override the row's
+params. A continuation ``prefill`` is Anthropic's native prefill: a trailing assistant
+message. The API rejects a final assistant message ending in whitespace, so trailing
+whitespace is cut from the prefill and dropped again from the start of the
+continuation.
 """
 
 from __future__ import annotations
@@ -21,17 +35,109 @@ from __future__ import annotations
 import json
 from typing import Any, ClassVar
 
+from httpx_sse import ServerSentEvent
+
 from ..errors import ContentPolicyError, ResponseError
 from ..types import AuditRequest, ProviderResult
 from .base import HttpProvider, validate_structured
 from .classify import classify_http_error
+from .streaming import MalformedEvent, StreamDecoder
 
-__all__ = ["ANTHROPIC_VERSION", "STRUCTURED_TOOL_NAME", "AnthropicProvider"]
+__all__ = [
+    "ANTHROPIC_VERSION",
+    "STRUCTURED_TOOL_NAME",
+    "AnthropicProvider",
+    "MessagesStreamDecoder",
+]
 
 ANTHROPIC_VERSION = "2023-06-01"
 STRUCTURED_TOOL_NAME = "structured_output"
 DEFAULT_MAX_TOKENS = 1024
 _RESERVED = frozenset({"model", "messages", "system", "stream", "tools", "tool_choice"})
+
+
+class MessagesStreamDecoder(StreamDecoder):
+    """Anthropic Messages stream events."""
+
+    def __init__(self, provider: AnthropicProvider, *, structured: bool, strip_prefix: str):
+        super().__init__(strip_prefix=strip_prefix)
+        self.provider = provider
+        self.structured = structured
+        self.tool_index: object = None
+
+    def feed(self, event: ServerSentEvent) -> list[str]:
+        if event.event == "ping":
+            return []
+        data = self.load(event)
+        kind = data.get("type") or event.event
+        if kind == "error" or event.event == "error":
+            text, codes = self.provider.error_details(data)
+            raise classify_http_error(
+                200, message=text or "The provider's stream reported an error.", codes=codes
+            )
+        if kind == "message_start":
+            message = data.get("message")
+            if not isinstance(message, dict):
+                raise MalformedEvent
+            if isinstance(message.get("model"), str) and message["model"]:
+                self.model = message["model"]
+            usage = message.get("usage")
+            if isinstance(usage, dict):
+                self.tokens(
+                    input_tokens=usage.get("input_tokens"),
+                    output_tokens=usage.get("output_tokens"),
+                )
+            return []
+        if kind == "content_block_start":
+            block = data.get("content_block")
+            if not isinstance(block, dict):
+                raise MalformedEvent
+            if block.get("type") == "tool_use" and block.get("name") == STRUCTURED_TOOL_NAME:
+                self.tool_index = data.get("index")
+            elif block.get("type") == "text" and not self.structured:
+                initial = block.get("text")
+                return self.emit([initial]) if isinstance(initial, str) and initial else []
+            return []
+        if kind == "content_block_delta":
+            delta = data.get("delta")
+            if not isinstance(delta, dict):
+                raise MalformedEvent
+            dtype = delta.get("type")
+            if dtype == "text_delta" and not self.structured:
+                piece = delta.get("text")
+                if not isinstance(piece, str):
+                    raise MalformedEvent
+                return self.emit([piece])
+            if dtype == "input_json_delta" and self.structured:
+                if data.get("index") != self.tool_index:
+                    return []
+                partial = delta.get("partial_json")
+                if not isinstance(partial, str):
+                    raise MalformedEvent
+                return self.emit([partial])
+            return []  # thinking, signature, citations …
+        if kind == "message_delta":
+            delta = data.get("delta")
+            if not isinstance(delta, dict):
+                raise MalformedEvent
+            stop = delta.get("stop_reason")
+            if stop == "refusal":
+                raise ContentPolicyError(
+                    "The provider refused the request under its content policy.",
+                    code="refusal",
+                )
+            if isinstance(stop, str) and stop:
+                self.finish_reason = stop
+            usage = data.get("usage")
+            if isinstance(usage, dict):
+                self.tokens(
+                    input_tokens=usage.get("input_tokens"),
+                    output_tokens=usage.get("output_tokens"),
+                )
+            return []
+        if kind == "message_stop":
+            self.done = True
+        return []
 
 
 class AnthropicProvider(HttpProvider):
@@ -54,6 +160,13 @@ class AnthropicProvider(HttpProvider):
             "model": self.config.model,
             "messages": [{"role": "user", "content": request.input_text}],
         }
+        if request.temperature is not None:
+            payload["temperature"] = request.temperature
+        if request.max_tokens is not None:
+            payload["max_tokens"] = request.max_tokens
+        prefill = request.prefill.rstrip()
+        if prefill:
+            payload["messages"].append({"role": "assistant", "content": prefill})
         if request.instructions:
             payload["system"] = request.instructions
         if request.response_schema is not None:
@@ -66,6 +179,14 @@ class AnthropicProvider(HttpProvider):
             ]
             payload["tool_choice"] = {"type": "tool", "name": STRUCTURED_TOOL_NAME}
         return payload
+
+    def stream_decoder(self, request: AuditRequest) -> StreamDecoder:
+        prefill = request.prefill
+        return MessagesStreamDecoder(
+            self,
+            structured=request.response_schema is not None,
+            strip_prefix=prefill[len(prefill.rstrip()) :] if prefill.rstrip() else "",
+        )
 
     def error_details(self, data: Any) -> tuple[str, tuple[object, ...]]:
         error = data.get("error") if isinstance(data, dict) else None

@@ -13,6 +13,7 @@ and handed to :meth:`BaseProvider.complete`; adapters must not keep it.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import threading
 import time
@@ -23,6 +24,7 @@ from typing import Any, ClassVar
 
 import httpx
 from django.views.decorators.debug import sensitive_variables
+from httpx_sse import EventSource
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import best_match
 
@@ -38,6 +40,7 @@ from ..types import (
     Usage,
 )
 from .classify import classify_http_error, from_httpx_exception, parse_retry_after
+from .streaming import MalformedEvent, StreamClock, StreamDecoder
 
 __all__ = [
     "CAPABILITIES",
@@ -46,6 +49,8 @@ __all__ = [
     "read_api_key",
     "validate_structured",
 ]
+
+logger = logging.getLogger("llm_routing.providers")
 
 CAPABILITIES = frozenset({"structured_output", "streaming", "prefill"})
 
@@ -216,21 +221,7 @@ class HttpProvider(BaseProvider):
                         f"The provider's response is larger than {limit} bytes.",
                         http_status=response.status_code,
                     )
-                chunks: list[bytes] = []
-                size = 0
-                for chunk in response.iter_bytes():
-                    size += len(chunk)
-                    if size > limit:
-                        raise ResponseError(
-                            f"The provider's response is larger than {limit} bytes.",
-                            http_status=response.status_code,
-                        )
-                    if time.monotonic() > deadline:
-                        raise ProviderTimeoutError(
-                            "The provider did not finish its answer in time."
-                        )
-                    chunks.append(chunk)
-                return response.status_code, response.headers, b"".join(chunks)
+                return response.status_code, response.headers, _read_limited(response, deadline)
         except (httpx.HTTPError, httpx.InvalidURL) as exc:
             # ``from None``: the httpx exception carries the URL and request; only the
             # classified, key-free error escapes.
@@ -240,6 +231,134 @@ class HttpProvider(BaseProvider):
             if self._client is None or self._client.is_closed:
                 raise NetworkError("The HTTP client was closed during the call.") from None
             raise
+
+    # --- streaming ------------------------------------------------------------------
+    def stream(
+        self, request: AuditRequest, *, api_key: str | None, timeout: float
+    ) -> Iterator[StreamEvent]:
+        """Stream natively over SSE (see :mod:`llm_routing.providers.streaming`).
+
+        Pre-first-token failures raise (the router may still fail over); a body that
+        ends without a finish reason ends the generator without a StreamEnd (the
+        router reports the cut); a malformed event is skipped and logged; a
+        structured answer is validated once complete.
+        """
+        decoder = self.stream_decoder(request)
+        if decoder is None:  # a subclass without a native stream: answer in one piece
+            yield from super().stream(request, api_key=api_key, timeout=timeout)
+            return
+        overall = max(0.001, min(float(self.config.timeout_s), float(timeout)))
+        first_token = max(0.001, min(float(self.config.first_token_timeout_s), overall))
+        idle = max(0.001, float(routing_settings.STREAM_IDLE_TIMEOUT_S))
+        base = self.timeouts(timeout)
+        # Headers are waited for under the first-token timeout; body reads get a socket
+        # backstop below; the watchdog enforces the exact per-phase deadlines.
+        timeouts = httpx.Timeout(
+            connect=base.connect, read=first_token, write=overall, pool=base.pool
+        )
+        clock = StreamClock(first_token_s=first_token, idle_s=idle, overall_s=overall)
+        payload = self.stream_payload(request)
+        headers = {
+            "content-type": "application/json",
+            "accept": "text/event-stream",
+            **self.auth_headers(api_key),
+        }
+        limit = int(routing_settings.MAX_RESPONSE_BYTES)
+        end: StreamEnd | None = None
+        try:
+            clock.waiting()
+            with self.client.stream(
+                "POST",
+                self.stream_endpoint(request),
+                json=payload,
+                headers=headers,
+                timeout=timeouts,
+            ) as response:
+                status = response.status_code
+                if status != 200 or not _is_event_stream(response):
+                    body = _read_limited(response, clock.overall_at)
+                    yield from self._answer_in_one_piece(request, status, response.headers, body)
+                    return
+                clock.attach(response)
+                _set_body_read_timeout(response, min(max(first_token, idle), overall))
+                skipped = 0
+                for event in EventSource(response).iter_sse():
+                    clock.check()
+                    if response.num_bytes_downloaded > limit:
+                        raise ResponseError(
+                            f"The provider's stream is larger than {limit} bytes.",
+                            http_status=status,
+                        )
+                    try:
+                        texts = decoder.feed(event)
+                    except MalformedEvent:
+                        skipped += 1
+                        logger.warning(
+                            "Skipped a malformed stream event from %s (%d bytes, #%d)",
+                            self.config.name,
+                            len(event.data),
+                            skipped,
+                        )
+                        if skipped > self.max_skipped_events:
+                            raise ResponseError(
+                                "The provider's stream has too many malformed events."
+                            ) from None
+                        continue
+                    for text in texts:
+                        clock.got_token()
+                        clock.paused()
+                        yield StreamDelta(text)
+                        clock.waiting()
+                    if decoder.done:
+                        break
+                if clock.expired:
+                    raise clock.error()
+                end = decoder.end()
+                if end is not None and request.response_schema is not None:
+                    validate_structured(decoder.text, request.response_schema)
+        except (httpx.HTTPError, httpx.InvalidURL) as exc:
+            if clock.expired:
+                raise clock.error() from None
+            raise from_httpx_exception(exc) from None
+        except RuntimeError:
+            if self._client is None or self._client.is_closed:
+                raise NetworkError("The HTTP client was closed during the call.") from None
+            raise
+        finally:
+            clock.close()
+        # The connection is released before the end reaches the consumer.
+        if end is not None:
+            yield end
+
+    #: Malformed events skipped before a stream is declared unusable.
+    max_skipped_events: ClassVar[int] = 3
+
+    def _answer_in_one_piece(
+        self, request: AuditRequest, status: int, headers: httpx.Headers, body: bytes
+    ) -> Iterator[StreamEvent]:
+        """An error status, or a 200 that is not SSE (a server ignoring ``stream``)."""
+        if status >= 400:
+            raise self.error_from_response(status, headers, body)
+        if status != 200:
+            raise ResponseError(
+                f"The provider answered HTTP {status} instead of 200.", http_status=status
+            )
+        data = self.decode(body)
+        self.raise_for_error_body(data)
+        result = self.parse(data, request)
+        if result.output:
+            yield StreamDelta(result.output)
+        yield StreamEnd(finish_reason=result.finish_reason, usage=result.usage, model=result.model)
+
+    def stream_decoder(self, request: AuditRequest) -> StreamDecoder | None:
+        """The vendor's SSE decoder for one stream; None → no native streaming."""
+        return None
+
+    def stream_endpoint(self, request: AuditRequest) -> str:
+        return self.endpoint(request)
+
+    def stream_payload(self, request: AuditRequest) -> dict[str, Any]:
+        return {**self.build_payload(request), "stream": True}
 
     def decode(self, body: bytes) -> Any:
         try:
@@ -316,6 +435,36 @@ class HttpProvider(BaseProvider):
             usage=Usage(input_tokens=_int(input_tokens), output_tokens=_int(output_tokens)),
             finish_reason=str(finish_reason) if finish_reason is not None else None,
         )
+
+
+def _read_limited(response: httpx.Response, deadline: float) -> bytes:
+    """The body, cut at ``MAX_RESPONSE_BYTES`` and abandoned after ``deadline``."""
+    limit = int(routing_settings.MAX_RESPONSE_BYTES)
+    chunks: list[bytes] = []
+    size = 0
+    for chunk in response.iter_bytes():
+        size += len(chunk)
+        if size > limit:
+            raise ResponseError(
+                f"The provider's response is larger than {limit} bytes.",
+                http_status=response.status_code,
+            )
+        if time.monotonic() > deadline:
+            raise ProviderTimeoutError("The provider did not finish its answer in time.")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _is_event_stream(response: httpx.Response) -> bool:
+    return "text/event-stream" in response.headers.get("content-type", "").lower()
+
+
+def _set_body_read_timeout(response: httpx.Response, seconds: float) -> None:
+    """The per-read socket timeout of the body (httpcore reads it when the body starts):
+    a backstop behind the watchdog, long enough for either phase."""
+    timeout = response.request.extensions.get("timeout")
+    if isinstance(timeout, dict):
+        timeout["read"] = seconds
 
 
 def validate_structured(text_or_data: Any, schema: Mapping[str, Any] | None) -> Any:

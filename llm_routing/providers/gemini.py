@@ -18,6 +18,16 @@ google.rpc code name: ``INVALID_ARGUMENT`` (400; "API key not valid" with reason
 ``API_KEY_INVALID`` means authentication), ``PERMISSION_DENIED`` (403),
 ``RESOURCE_EXHAUSTED`` (429), ``INTERNAL`` (500), ``UNAVAILABLE`` (503),
 ``DEADLINE_EXCEEDED`` (504).
+
+Streaming: ``POST …/models/{model}:streamGenerateContent?alt=sse``; every ``data:``
+event is a whole ``GenerateContentResponse`` (text in
+``candidates[0].content.parts[].text``, ``finishReason`` on the last one,
+``usageMetadata`` and ``modelVersion``). There is no end marker: the body's clean end
+after a finish reason completes the stream. The key stays in the header.
+
+Pass-through: the request's ``temperature`` and ``max_tokens`` (``maxOutputTokens``)
+override the row's params. A continuation ``prefill`` is a trailing
+``{"role": "model", "parts": [{"text": …}]}`` turn.
 """
 
 from __future__ import annotations
@@ -26,11 +36,15 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 from urllib.parse import quote
 
+from httpx_sse import ServerSentEvent
+
 from ..errors import ContentPolicyError, ResponseError
 from ..types import AuditRequest, ProviderResult
 from .base import HttpProvider, validate_structured
+from .classify import classify_http_error
+from .streaming import MalformedEvent, StreamDecoder
 
-__all__ = ["GeminiProvider", "gemini_schema"]
+__all__ = ["GeminiProvider", "GeminiStreamDecoder", "gemini_schema"]
 
 _PARAM_NAMES = {
     "max_tokens": "maxOutputTokens",
@@ -105,6 +119,61 @@ def gemini_schema(schema: Any, *, depth: int = 0) -> Any:
     return out
 
 
+class GeminiStreamDecoder(StreamDecoder):
+    """``streamGenerateContent?alt=sse`` events: one GenerateContentResponse each."""
+
+    def __init__(self, provider: GeminiProvider) -> None:
+        super().__init__()
+        self.provider = provider
+
+    def feed(self, event: ServerSentEvent) -> list[str]:
+        data = self.load(event)
+        if data.get("error"):
+            message, codes = self.provider.error_details(data)
+            raise classify_http_error(
+                200, message=message or "The provider's stream reported an error.", codes=codes
+            )
+        if isinstance(data.get("modelVersion"), str) and data["modelVersion"]:
+            self.model = data["modelVersion"]
+        usage = data.get("usageMetadata")
+        if isinstance(usage, dict):
+            self.tokens(
+                input_tokens=usage.get("promptTokenCount"),
+                output_tokens=usage.get("candidatesTokenCount"),
+            )
+        candidates = data.get("candidates")
+        feedback = data.get("promptFeedback")
+        if isinstance(feedback, dict) and feedback.get("blockReason") and not candidates:
+            raise ContentPolicyError(
+                "The provider blocked the prompt under its content policy.",
+                code=str(feedback.get("blockReason")),
+            )
+        if candidates is None:
+            return []
+        if not isinstance(candidates, list) or not candidates:
+            raise MalformedEvent
+        candidate = candidates[0]
+        if not isinstance(candidate, dict):
+            raise MalformedEvent
+        content = candidate.get("content")
+        parts = content.get("parts") if isinstance(content, dict) else None
+        if parts is not None and not isinstance(parts, list):
+            raise MalformedEvent
+        texts = [
+            p["text"]
+            for p in parts or ()
+            if isinstance(p, dict) and isinstance(p.get("text"), str) and not p.get("thought")
+        ]
+        finish = candidate.get("finishReason")
+        if finish in _BLOCKED_FINISH:
+            raise ContentPolicyError(
+                "The provider withheld the answer under its content policy.", code=str(finish)
+            )
+        if isinstance(finish, str) and finish and finish != "FINISH_REASON_UNSPECIFIED":
+            self.finish_reason = finish
+        return self.emit(texts)
+
+
 class GeminiProvider(HttpProvider):
     kind: ClassVar[str] = "gemini"
     default_base_url: ClassVar[str] = "https://generativelanguage.googleapis.com"
@@ -112,6 +181,16 @@ class GeminiProvider(HttpProvider):
     def endpoint(self, request: AuditRequest) -> str:
         model = self.config.model.removeprefix("models/")
         return f"{self.base_url}/v1beta/models/{quote(model, safe='.-_')}:generateContent"
+
+    def stream_endpoint(self, request: AuditRequest) -> str:
+        base = self.endpoint(request).removesuffix(":generateContent")
+        return f"{base}:streamGenerateContent?alt=sse"
+
+    def stream_payload(self, request: AuditRequest) -> dict[str, Any]:
+        return self.build_payload(request)  # the method, not the body, says "stream"
+
+    def stream_decoder(self, request: AuditRequest) -> StreamDecoder:
+        return GeminiStreamDecoder(self)
 
     def auth_headers(self, api_key: str | None) -> dict[str, str]:
         return {"x-goog-api-key": api_key} if api_key else {}
@@ -122,12 +201,17 @@ class GeminiProvider(HttpProvider):
             if key in _RESERVED:
                 continue
             config[_PARAM_NAMES.get(key, key)] = value
+        if request.temperature is not None:
+            config["temperature"] = request.temperature
+        if request.max_tokens is not None:
+            config["maxOutputTokens"] = request.max_tokens
         if request.response_schema is not None:
             config["responseMimeType"] = "application/json"
             config["responseSchema"] = gemini_schema(dict(request.response_schema))
-        payload: dict[str, Any] = {
-            "contents": [{"role": "user", "parts": [{"text": request.input_text}]}],
-        }
+        contents: list[dict[str, Any]] = [{"role": "user", "parts": [{"text": request.input_text}]}]
+        if request.prefill:
+            contents.append({"role": "model", "parts": [{"text": request.prefill}]})
+        payload: dict[str, Any] = {"contents": contents}
         if request.instructions:
             payload["systemInstruction"] = {"parts": [{"text": request.instructions}]}
         if config:

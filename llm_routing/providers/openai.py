@@ -8,6 +8,18 @@ Response: ``choices[0].message.content`` (or ``.refusal``), ``choices[0].finish_
 Errors: ``{"error": {"message", "type", "param", "code"}}`` — ``code`` such as
 ``context_length_exceeded``, ``invalid_api_key``, ``rate_limit_exceeded``,
 ``insufficient_quota``, ``content_policy_violation``.
+
+Streaming: ``"stream": true`` and ``stream_options: {"include_usage": true}`` (a row
+may send ``params {"stream_include_usage": false}`` for servers that reject it);
+``data:`` events carry ``chat.completion.chunk`` objects (``choices[0].delta.content``,
+``choices[0].finish_reason``), then a usage chunk with empty ``choices``, then
+``data: [DONE]``. A mid-stream failure is an in-band ``data: {"error": {…}}`` event.
+
+Pass-through: the request's ``temperature`` and ``max_tokens`` (the OpenAI-compatible
+face) override the row's ``params``; ``max_tokens`` is sent under the key the row's
+params use (``max_tokens`` or ``max_completion_tokens``), else under
+:attr:`OpenAIProvider.max_tokens_key`. A continuation ``prefill`` is sent as a
+trailing assistant message.
 """
 
 from __future__ import annotations
@@ -15,14 +27,27 @@ from __future__ import annotations
 import re
 from typing import Any, ClassVar
 
+from httpx_sse import ServerSentEvent
+
 from ..errors import ContentPolicyError, ResponseError
 from ..types import AuditRequest, ProviderResult
 from .base import HttpProvider, validate_structured
+from .classify import classify_http_error
+from .streaming import MalformedEvent, StreamDecoder
 
-__all__ = ["OpenAIProvider", "chat_messages", "schema_name"]
+__all__ = ["ChatCompletionChunkDecoder", "OpenAIProvider", "chat_messages", "schema_name"]
 
 _RESERVED = frozenset(
-    {"model", "messages", "stream", "stream_options", "response_format", "n", "strict_schema"}
+    {
+        "model",
+        "messages",
+        "stream",
+        "stream_options",
+        "response_format",
+        "n",
+        "strict_schema",
+        "stream_include_usage",
+    }
 )
 _NAME_RE = re.compile(r"[^a-zA-Z0-9_-]+")
 
@@ -32,6 +57,8 @@ def chat_messages(request: AuditRequest) -> list[dict[str, str]]:
     if request.instructions:
         messages.append({"role": "system", "content": request.instructions})
     messages.append({"role": "user", "content": request.input_text})
+    if request.prefill:
+        messages.append({"role": "assistant", "content": request.prefill})
     return messages
 
 
@@ -42,9 +69,66 @@ def schema_name(schema: Any) -> str:
     return name or "response"
 
 
+class ChatCompletionChunkDecoder(StreamDecoder):
+    """``chat.completion.chunk`` events, the usage chunk and ``[DONE]``."""
+
+    def __init__(self, provider: OpenAIProvider) -> None:
+        super().__init__()
+        self.provider = provider
+
+    def feed(self, event: ServerSentEvent) -> list[str]:
+        if event.data.strip() == "[DONE]":
+            self.done = True
+            return []
+        data = self.load(event)
+        if data.get("error"):
+            message, codes = self.provider.error_details(data)
+            raise classify_http_error(
+                200, message=message or "The provider's stream reported an error.", codes=codes
+            )
+        if isinstance(data.get("model"), str) and data["model"]:
+            self.model = data["model"]
+        usage = data.get("usage")
+        if isinstance(usage, dict):
+            self.tokens(
+                input_tokens=usage.get("prompt_tokens"),
+                output_tokens=usage.get("completion_tokens"),
+            )
+        choices = data.get("choices")
+        if choices is None:
+            return []
+        if not isinstance(choices, list):
+            raise MalformedEvent
+        texts: list[str] = []
+        for choice in choices:
+            if not isinstance(choice, dict):
+                raise MalformedEvent
+            if choice.get("index", 0) != 0:
+                continue
+            delta = choice.get("delta") or {}
+            if not isinstance(delta, dict):
+                raise MalformedEvent
+            content = delta.get("content")
+            if content is not None and not isinstance(content, str):
+                raise MalformedEvent
+            finish = choice.get("finish_reason")
+            if finish == "content_filter" or delta.get("refusal"):
+                raise ContentPolicyError(
+                    "The provider refused the request under its content policy.",
+                    code="content_filter",
+                )
+            if content:
+                texts.append(content)
+            if finish:
+                self.finish_reason = str(finish)
+        return self.emit(texts)
+
+
 class OpenAIProvider(HttpProvider):
     kind: ClassVar[str] = "openai"
     default_base_url: ClassVar[str] = "https://api.openai.com/v1"
+    #: Where a pass-through ``max_tokens`` goes when the row's params name neither key.
+    max_tokens_key: ClassVar[str] = "max_completion_tokens"
 
     def endpoint(self, request: AuditRequest) -> str:
         return f"{self.base_url}/chat/completions"
@@ -58,6 +142,17 @@ class OpenAIProvider(HttpProvider):
             "model": self.config.model,
             "messages": chat_messages(request),
         }
+        if request.temperature is not None:
+            payload["temperature"] = request.temperature
+        if request.max_tokens is not None:
+            params = self.config.params or {}
+            key = next(
+                (k for k in ("max_completion_tokens", "max_tokens") if k in params),
+                self.max_tokens_key,
+            )
+            payload.pop("max_tokens", None)
+            payload.pop("max_completion_tokens", None)
+            payload[key] = request.max_tokens
         if request.response_schema is not None:
             schema = dict(request.response_schema)
             # Strict mode needs every property required and additionalProperties false;
@@ -68,6 +163,15 @@ class OpenAIProvider(HttpProvider):
                 "json_schema": {"name": schema_name(schema), "schema": schema, "strict": strict},
             }
         return payload
+
+    def stream_payload(self, request: AuditRequest) -> dict[str, Any]:
+        payload = {**self.build_payload(request), "stream": True}
+        if (self.config.params or {}).get("stream_include_usage", True) is not False:
+            payload["stream_options"] = {"include_usage": True}
+        return payload
+
+    def stream_decoder(self, request: AuditRequest) -> StreamDecoder:
+        return ChatCompletionChunkDecoder(self)
 
     def error_details(self, data: Any) -> tuple[str, tuple[object, ...]]:
         error = data.get("error") if isinstance(data, dict) else None

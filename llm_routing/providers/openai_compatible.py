@@ -21,6 +21,8 @@ __all__ = ["OpenAICompatibleProvider"]
 class OpenAICompatibleProvider(OpenAIProvider):
     kind: ClassVar[str] = "openai_compatible"
     default_base_url: ClassVar[str] = ""
+    # vLLM, Ollama, llama.cpp … know ``max_tokens``; not all know the newer key.
+    max_tokens_key: ClassVar[str] = "max_tokens"
 
     @property
     def requires_key(self) -> bool:  # type: ignore[override]

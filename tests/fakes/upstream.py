@@ -10,8 +10,10 @@ body). Faults are scripted per vendor as a FIFO queue (:meth:`FakeUpstream.scrip
 a request with nothing scripted gets a healthy answer. Fault builders live in
 :class:`Faults` and produce each vendor's documented error body.
 
-Streaming (issue 5) can extend :meth:`_Handler._stream` and add fault kinds; the
-request log and the queues stay as they are.
+Streaming faults (issue 5) are scripted with :meth:`Faults.stream` (a
+:class:`StreamScript`): the answer's text, a delay before the first text chunk, a
+pause between chunks, a cut / stall / in-band error after N text chunks, one malformed
+event, or no end marker (``[DONE]`` / ``message_stop``) after the finish reason.
 """
 
 from __future__ import annotations
@@ -22,7 +24,6 @@ import struct
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from email.utils import formatdate
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -31,7 +32,7 @@ from urllib.parse import urlsplit
 
 from llm_routing.providers.mock import instance_from_schema
 
-__all__ = ["FakeUpstream", "Fault", "Faults", "RecordedRequest"]
+__all__ = ["FakeUpstream", "Fault", "Faults", "RecordedRequest", "StreamScript"]
 
 VENDORS = ("openai", "anthropic", "gemini")
 
@@ -51,6 +52,34 @@ class RecordedRequest:
 
 
 @dataclass(frozen=True)
+class StreamScript:
+    """How one streamed answer goes (all counts are text chunks, one word each).
+
+    ``text``: the answer (None → the default fake answer). ``first_chunk_delay``: the
+    headers (and Anthropic's ``message_start``) go out at once, the first text chunk
+    after this many seconds. ``interval``: seconds between text chunks.
+    ``cut_after``: close the connection cleanly after N chunks (``reset=True``: a TCP
+    RST instead). ``stall_after``: after N chunks, send nothing more for ``stall_s``
+    seconds, then close. ``error_after``: after N chunks, the vendor's in-band error
+    event (``error_status``: 529 overloaded / 503 unavailable …). ``malformed_at``:
+    one unparsable event before chunk N. ``no_end_marker``: finish reason and usage,
+    then the body ends without ``[DONE]`` / ``message_stop``.
+    """
+
+    text: str | None = None
+    first_chunk_delay: float = 0.0
+    interval: float = 0.0
+    cut_after: int | None = None
+    reset: bool = False
+    stall_after: int | None = None
+    stall_s: float = 10.0
+    error_after: int | None = None
+    error_status: int = 529
+    malformed_at: int | None = None
+    no_end_marker: bool = False
+
+
+@dataclass(frozen=True)
 class Fault:
     """What to do with one request.
 
@@ -67,6 +96,7 @@ class Fault:
     body: Any = None  # dict → JSON; bytes → raw; None → healthy answer
     delay: float = 0.0
     echo_key: bool = False
+    stream: StreamScript | None = None  # how a streamed answer goes (body must be None)
 
 
 def _openai_error(status: int, message: str, type_: str, code: str | None) -> Fault:
@@ -254,6 +284,11 @@ class Faults:
         return Fault(status=200, body=b'{"choices": [{"message": ')
 
     @staticmethod
+    def stream(**kwargs: Any) -> Fault:
+        """A streamed answer shaped by :class:`StreamScript` (``Faults.stream(cut_after=2)``)."""
+        return Fault(stream=StreamScript(**kwargs))
+
+    @staticmethod
     def reset() -> Fault:
         return Fault(action="reset")
 
@@ -344,72 +379,173 @@ def _gemini_ok(body: dict[str, Any], model: str) -> dict[str, Any]:
     }
 
 
-def _sse_events(vendor: str, body: dict[str, Any], model: str) -> Iterator[bytes]:
-    words = _answer_text(body).split(" ")
-    if vendor == "openai":
-        for i, word in enumerate(words):
-            chunk = {
-                "id": "chatcmpl-fake",
-                "object": "chat.completion.chunk",
-                "model": body.get("model"),
-                "choices": [
-                    {
-                        "index": 0,
-                        "delta": {"content": word if i == 0 else " " + word},
-                        "finish_reason": None,
-                    }
-                ],
+def _stream_error_body(vendor: str, status: int) -> dict[str, Any]:
+    if vendor == "anthropic":
+        if status == 529:
+            return {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
+        return {"type": "error", "error": {"type": "api_error", "message": "Internal server error"}}
+    if vendor == "gemini":
+        return {
+            "error": {
+                "code": status,
+                "message": "The model is overloaded.",
+                "status": "UNAVAILABLE",
             }
-            yield b"data: " + json.dumps(chunk).encode() + b"\n\n"
-        done = {
-            "id": "chatcmpl-fake",
-            "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
         }
-        yield b"data: " + json.dumps(done).encode() + b"\n\n"
-        yield b"data: [DONE]\n\n"
-    elif vendor == "anthropic":
+    return {
+        "error": {
+            "message": "The server had an error while processing your request.",
+            "type": "server_error",
+            "param": None,
+            "code": None,
+        }
+    }
 
-        def event(name: str, data: dict[str, Any]) -> bytes:
-            return f"event: {name}\ndata: {json.dumps(data)}\n\n".encode()
 
-        yield event(
-            "message_start",
-            {"type": "message_start", "message": {**_anthropic_ok(body), "content": []}},
-        )
-        yield event(
-            "content_block_start",
-            {
-                "type": "content_block_start",
-                "index": 0,
-                "content_block": {"type": "text", "text": ""},
-            },
-        )
-        for i, word in enumerate(words):
-            yield event(
-                "content_block_delta",
+@dataclass
+class _Frames:
+    """One streamed answer: frames before the text, one frame per text chunk, frames
+    after (finish reason, usage), the end marker (may be empty), an in-band error."""
+
+    head: list[bytes]
+    texts: list[bytes]
+    tail: list[bytes]
+    end: list[bytes]
+    error: bytes
+    malformed: bytes
+
+
+def _sse_frames(vendor: str, body: dict[str, Any], model: str, script: StreamScript) -> _Frames:
+    text = script.text if script.text is not None else _answer_text(body)
+    words = text.split(" ")
+    pieces = [w if i == 0 else " " + w for i, w in enumerate(words)]
+
+    def data(obj: Any, sep: bytes = b"\n\n") -> bytes:
+        return b"data: " + json.dumps(obj).encode() + sep
+
+    def event(name: str, obj: dict[str, Any]) -> bytes:
+        return f"event: {name}\ndata: {json.dumps(obj)}\n\n".encode()
+
+    error = _stream_error_body(vendor, script.error_status)
+    if vendor == "openai":
+        requested = body.get("model")
+
+        def chunk(delta: dict[str, Any], finish: str | None) -> bytes:
+            return data(
                 {
-                    "type": "content_block_delta",
-                    "index": 0,
-                    "delta": {"type": "text_delta", "text": word if i == 0 else " " + word},
-                },
+                    "id": "chatcmpl-fake",
+                    "object": "chat.completion.chunk",
+                    "created": 1_700_000_000,
+                    "model": f"{requested}-2024-fake",
+                    "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+                }
             )
-        yield event("content_block_stop", {"type": "content_block_stop", "index": 0})
-        yield event(
-            "message_delta",
-            {
-                "type": "message_delta",
-                "delta": {"stop_reason": "end_turn"},
-                "usage": {"output_tokens": 8},
-            },
+
+        tail = [chunk({}, "stop")]
+        if (body.get("stream_options") or {}).get("include_usage"):
+            tail.append(
+                data(
+                    {
+                        "id": "chatcmpl-fake",
+                        "object": "chat.completion.chunk",
+                        "model": f"{requested}-2024-fake",
+                        "choices": [],
+                        "usage": {
+                            "prompt_tokens": 11,
+                            "completion_tokens": len(pieces),
+                            "total_tokens": 11 + len(pieces),
+                        },
+                    }
+                )
+            )
+        return _Frames(
+            head=[chunk({"role": "assistant", "content": ""}, None)],
+            texts=[chunk({"content": p}, None) for p in pieces],
+            tail=tail,
+            end=[b"data: [DONE]\n\n"],
+            error=data(error),
+            malformed=b'data: {"choices": [{"index": 0, "delta": {"content": \n\n',
         )
-        yield event("message_stop", {"type": "message_stop"})
-    else:
-        for i, word in enumerate(words):
-            chunk = _gemini_ok(body, model)
-            chunk["candidates"][0]["content"]["parts"] = [{"text": word if i == 0 else " " + word}]
-            if i < len(words) - 1:
-                chunk["candidates"][0].pop("finishReason")
-            yield b"data: " + json.dumps(chunk).encode() + b"\r\n\r\n"
+    if vendor == "anthropic":
+        tools = body.get("tools") or []
+        start = {**_anthropic_ok(body), "content": [], "stop_reason": None}
+        start["usage"] = {"input_tokens": 12, "output_tokens": 1}
+        if tools:
+            block = {"type": "tool_use", "id": "toolu_fake", "name": tools[0]["name"], "input": {}}
+            delta_type, key, stop = "input_json_delta", "partial_json", "tool_use"
+            if script.text is None:
+                pieces = [json.dumps(instance_from_schema(tools[0].get("input_schema") or {}))]
+        else:
+            block = {"type": "text", "text": ""}
+            delta_type, key, stop = "text_delta", "text", "end_turn"
+        return _Frames(
+            head=[
+                event("message_start", {"type": "message_start", "message": start}),
+                event(
+                    "content_block_start",
+                    {"type": "content_block_start", "index": 0, "content_block": block},
+                ),
+                event("ping", {"type": "ping"}),
+            ],
+            texts=[
+                event(
+                    "content_block_delta",
+                    {
+                        "type": "content_block_delta",
+                        "index": 0,
+                        "delta": {"type": delta_type, key: p},
+                    },
+                )
+                for p in pieces
+            ],
+            tail=[
+                event("content_block_stop", {"type": "content_block_stop", "index": 0}),
+                event(
+                    "message_delta",
+                    {
+                        "type": "message_delta",
+                        "delta": {"stop_reason": stop, "stop_sequence": None},
+                        "usage": {"output_tokens": len(pieces)},
+                    },
+                ),
+            ],
+            end=[event("message_stop", {"type": "message_stop"})],
+            error=event("error", error),
+            malformed=b"event: content_block_delta\ndata: {not json\n\n",
+        )
+    # Gemini: every event a whole GenerateContentResponse; no end marker.
+    config = body.get("generationConfig") or {}
+    if config.get("responseSchema") and script.text is None:
+        pieces = [json.dumps(instance_from_schema(config["responseSchema"]))]
+
+    def response(part: str, finish: str | None, usage: bool) -> bytes:
+        candidate: dict[str, Any] = {
+            "content": {"parts": [{"text": part}], "role": "model"},
+            "index": 0,
+        }
+        if finish:
+            candidate["finishReason"] = finish
+        obj: dict[str, Any] = {
+            "candidates": [candidate],
+            "modelVersion": f"{model}-fake",
+            "responseId": "fake-response",
+        }
+        if usage:
+            obj["usageMetadata"] = {
+                "promptTokenCount": 13,
+                "candidatesTokenCount": len(pieces),
+                "totalTokenCount": 13 + len(pieces),
+            }
+        return data(obj, b"\r\n\r\n")
+
+    return _Frames(
+        head=[],
+        texts=[response(p, None, False) for p in pieces],
+        tail=[response("", "STOP", True)],
+        end=[],
+        error=data(error, b"\r\n\r\n"),
+        malformed=b'data: {"candidates": [{"content": \r\n\r\n',
+    )
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -462,7 +598,7 @@ class _Handler(BaseHTTPRequestHandler):
             return
         if fault.body is None:
             if streaming or (isinstance(request_json, dict) and request_json.get("stream")):
-                self._stream(vendor, request_json, model)
+                self._stream(vendor, request_json, model, fault.stream)
                 return
             answer = {
                 "openai": lambda: _openai_ok(request_json),
@@ -513,16 +649,52 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(data)
         self.wfile.flush()
 
-    def _stream(self, vendor: str, body: dict[str, Any], model: str) -> None:
+    def _stream(
+        self, vendor: str, body: dict[str, Any], model: str, script: StreamScript | None
+    ) -> None:
+        script = script or StreamScript()
+        frames = _sse_frames(vendor, body, model, script)
         self.send_response(200)
         self.send_header("content-type", "text/event-stream")
         self.send_header("cache-control", "no-cache")
         self.send_header("connection", "close")
         self.end_headers()
         self.close_connection = True
-        for event in _sse_events(vendor, body, model):
-            self.wfile.write(event)
-            self.wfile.flush()
+        try:
+            self._write(*frames.head)
+            for index, frame in enumerate([*frames.texts, None]):
+                if index == 0 and script.first_chunk_delay:
+                    if self.server.fake._release.wait(script.first_chunk_delay):
+                        return
+                if script.malformed_at == index:
+                    self._write(frames.malformed)
+                if script.cut_after == index:
+                    if script.reset:
+                        self._reset()
+                    else:
+                        self.connection.shutdown(socket.SHUT_RDWR)
+                    return
+                if script.stall_after == index:
+                    self.server.fake._release.wait(script.stall_s)
+                    return
+                if script.error_after == index:
+                    self._write(frames.error)
+                    return
+                if frame is None:
+                    break
+                if index and script.interval:
+                    time.sleep(script.interval)
+                self._write(frame)
+            self._write(*frames.tail)
+            if not script.no_end_marker:
+                self._write(*frames.end)
+        except OSError:  # the client went away (e.g. it gave up on a stall)
+            return
+
+    def _write(self, *frames: bytes) -> None:
+        for frame in frames:
+            self.wfile.write(frame)
+        self.wfile.flush()
 
     def _reset(self) -> None:
         """Abort the connection with a TCP RST (SO_LINGER 0) before any header."""
