@@ -417,6 +417,13 @@ class _Frames:
 
 def _sse_frames(vendor: str, body: dict[str, Any], model: str, script: StreamScript) -> _Frames:
     text = script.text if script.text is not None else _answer_text(body)
+    schema = (
+        ((body.get("response_format") or {}).get("json_schema") or {}).get("schema")
+        or ((body.get("tools") or [{}])[0].get("input_schema"))
+        or (body.get("generationConfig") or {}).get("responseSchema")
+    )
+    if schema and script.text is None:  # structured output, streamed in pieces
+        text = json.dumps(instance_from_schema(schema))
     words = text.split(" ")
     pieces = [w if i == 0 else " " + w for i, w in enumerate(words)]
 
@@ -473,8 +480,6 @@ def _sse_frames(vendor: str, body: dict[str, Any], model: str, script: StreamScr
         if tools:
             block = {"type": "tool_use", "id": "toolu_fake", "name": tools[0]["name"], "input": {}}
             delta_type, key, stop = "input_json_delta", "partial_json", "tool_use"
-            if script.text is None:
-                pieces = [json.dumps(instance_from_schema(tools[0].get("input_schema") or {}))]
         else:
             block = {"type": "text", "text": ""}
             delta_type, key, stop = "text_delta", "text", "end_turn"
@@ -513,11 +518,8 @@ def _sse_frames(vendor: str, body: dict[str, Any], model: str, script: StreamScr
             error=event("error", error),
             malformed=b"event: content_block_delta\ndata: {not json\n\n",
         )
-    # Gemini: every event a whole GenerateContentResponse; no end marker.
-    config = body.get("generationConfig") or {}
-    if config.get("responseSchema") and script.text is None:
-        pieces = [json.dumps(instance_from_schema(config["responseSchema"]))]
 
+    # Gemini: every event a whole GenerateContentResponse; no end marker.
     def response(part: str, finish: str | None, usage: bool) -> bytes:
         candidate: dict[str, Any] = {
             "content": {"parts": [{"text": part}], "role": "model"},
