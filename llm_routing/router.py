@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 
 from .conf import routing_settings
-from .errors import ProviderError, ResponseError
+from .errors import NetworkError, ProviderError, ResponseError
 from .models import Chain, Provider, RoutingRule
 from .providers.base import BaseProvider
 from .providers.registry import get_adapter, is_known_kind
@@ -491,7 +491,8 @@ def route_stream(
                     ):
                         break
                 if not head or (buffer_all and not isinstance(head[-1], StreamEnd)):
-                    raise ResponseError("The stream ended before it finished.")
+                    # A truncated transfer, still pre-commit: transient, so it fails over.
+                    raise NetworkError("The stream ended before it finished.")
                 live[adapter.config.name] = (events, head)
                 return ProviderResult(
                     provider=adapter.config.name,

@@ -24,8 +24,10 @@ def token(django_user_model) -> str:
 
 
 @pytest.fixture
-def client(live_server, token) -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"{live_server.url}/v1", api_key=token, max_retries=0)
+def client(live_server, token):
+    # Closed after the test, so no keep-alive connection outlives it in a server thread.
+    with openai.OpenAI(base_url=f"{live_server.url}/v1", api_key=token, max_retries=0) as sdk:
+        yield sdk
 
 
 @pytest.fixture

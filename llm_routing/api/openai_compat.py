@@ -289,17 +289,19 @@ class ChatCompletionsView(OpenAIErrorsMixin, RoutingAPIView):
 
         def frames() -> Iterator[bytes]:
             role_sent = False
+            stream_model = ""  # every chunk of one stream names the same model
             for event in itertools.chain([first], events):
                 if isinstance(event, StreamChunk):
+                    stream_model = stream_model or event.model
                     delta: dict[str, Any] = {"content": event.text}
                     if not role_sent:
                         delta = {"role": "assistant", "content": event.text}
                         role_sent = True
-                    yield sse(_chunk(completion_id, created, event.model, delta, None))
+                    yield sse(_chunk(completion_id, created, stream_model, delta, None))
                 elif isinstance(event, StreamResult):
                     routed = event.routed
                     cid = completion_id
-                    model = routed.result.model
+                    model = stream_model or routed.result.model
                     if not role_sent:
                         text = routed.result.output
                         yield sse(
