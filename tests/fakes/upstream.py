@@ -711,6 +711,9 @@ class _Handler(BaseHTTPRequestHandler):
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+    # socketserver's default listen backlog is 5: a burst of concurrent streams (bench/)
+    # would see dropped SYNs and 1 s retransmits.
+    request_queue_size = 256
     fake: FakeUpstream
 
 
