@@ -1,4 +1,5 @@
-"""HTTP views: no routing logic here — they validate, call the router, shape the answer."""
+"""HTTP views: no routing logic here — they validate, call :func:`llm_routing.service.execute`
+(the same function as the Python API), shape the answer."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from rest_framework.views import APIView
 
 from ..conf import routing_settings
 from ..models import Provider
-from ..router import route
+from ..service import execute
 from .parsers import LimitedJSONParser
 from .serializers import AuditRequestSerializer, AuditResponseSerializer
 
@@ -54,7 +55,7 @@ class AuditView(RoutingAPIView):
     def post(self, request: Request) -> Response:
         serializer = AuditRequestSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
-        routed = route(serializer.to_request())
+        routed = execute(serializer.to_request())
         return Response(routed.to_dict(), headers={"X-Request-ID": routed.request_id})
 
 
