@@ -407,7 +407,11 @@ def _diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> tuple[str, ...]:
 
 
 def _summary(values: Mapping[str, Any], keys: tuple[str, ...]) -> tuple[str, ...]:
-    return tuple(f"{k}={_show(values[k])}" for k in keys if values.get(k) not in ("", None))
+    return tuple(
+        f"{k}={_show(values[k])}"
+        for k in keys
+        if values.get(k) is not False and values.get(k) != ""
+    )
 
 
 def _plan(desired: DesiredState, *, prune: bool) -> tuple[list[Change], list[str]]:
