@@ -120,7 +120,7 @@ def check_configuration_rows(
     """Checks over Provider/Chain rows: E003, E004, W001, W002, I001."""
     from .models import Chain, ChainEntry, Provider
 
-    alias = router.db_for_read(Provider)
+    alias = router.db_for_read(Provider) or "default"
     if not databases or alias not in databases:
         return []
     if not _tables_exist(

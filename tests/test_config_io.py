@@ -409,3 +409,60 @@ def test_every_model_field_is_carried_by_the_format() -> None:
     provider_fields = {f.name for f in config_io._scalar_fields(Provider)}
     assert {"kind", "model", "api_key_env", "params", "supports_prefill"} <= provider_fields
     assert {f.name for f in config_io._scalar_fields(ChainEntry)} >= {"model", "enabled"}
+
+
+# --- on the real PostgreSQL ------------------------------------------------------------
+
+
+@pytest.mark.services
+def test_round_trip_on_postgresql(tmp_path: Path) -> None:
+    """jsonb reorders object keys and PostgreSQL has its own float and text handling:
+    the byte-for-byte round trip must hold there too (subprocess, own database)."""
+    import os
+    import subprocess
+    import sys
+
+    import psycopg
+    from psycopg import sql
+
+    admin_url = os.environ.get("LLMR_PG_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
+    db_name = os.environ.get("LLMR_CONFIG_IO_DB", "llm_routing_config_io")
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(db_name)))
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(db_name)))
+    root = Path(__file__).resolve().parent.parent
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "project.settings",
+        "DEBUG": "true",
+        "DATABASE_URL": admin_url.rsplit("/", 1)[0] + "/" + db_name,
+    }
+    for name in ("LLM_PROVIDER_CHAIN", "LLM_PROVIDER", "LLM_ROUTING_RULES"):
+        env.pop(name, None)
+
+    def manage(*args: str) -> str:
+        proc = subprocess.run(
+            [sys.executable, "manage.py", *args],
+            cwd=root,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=180,
+            check=False,
+        )
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return proc.stdout
+
+    try:
+        manage("migrate", "--noinput", "-v", "0")
+        source = tmp_path / "routing.toml"
+        source.write_text(HANDWRITTEN, encoding="utf-8")
+        assert "11 row(s) changed." in manage("llm_routing_apply", str(source))
+        assert manage("llm_routing_export") == CANONICAL
+        source.write_text(CANONICAL, encoding="utf-8")
+        assert "No changes" in manage("llm_routing_apply", str(source), "--prune")
+    finally:
+        with psycopg.connect(admin_url, autocommit=True) as conn:
+            conn.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(db_name))
+            )

@@ -57,7 +57,7 @@ class Command(BaseCommand):
                 }
             )
         default = Chain.objects.filter(is_default=True).values_list("name", flat=True).first()
-        alias = router.db_for_read(Provider)
+        alias = router.db_for_read(Provider) or "default"
         messages = [*check_settings(), *check_configuration_rows(databases=[alias])]
         errors = [m for m in messages if m.level >= checks.ERROR]
         if options["json"]:
