@@ -164,3 +164,16 @@ def test_check_with_nothing_configured() -> None:
     out = run("llm_routing_check")
     assert "no providers" in out
     assert "llm_routing.I001" in out
+
+
+def test_check_before_migrate_is_a_clear_error() -> None:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("ALTER TABLE llm_routing_provider RENAME TO llm_routing_provider_away")
+    try:
+        with pytest.raises(CommandError, match="has `migrate` run"):
+            run("llm_routing_check")
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("ALTER TABLE llm_routing_provider_away RENAME TO llm_routing_provider")

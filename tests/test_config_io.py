@@ -466,3 +466,22 @@ def test_round_trip_on_postgresql(tmp_path: Path) -> None:
             conn.execute(
                 sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(db_name))
             )
+
+
+def test_apply_command_reads_standard_input(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    monkeypatch.setattr(sys, "stdin", io.StringIO(CANONICAL))
+    out = io.StringIO()
+    call_command("llm_routing_apply", "-", stdout=out, no_color=True)
+    assert "11 row(s) changed." in out.getvalue()
+    assert export() == CANONICAL
+
+
+def test_empty_database_exports_an_empty_config_that_prunes_everything() -> None:
+    assert export().endswith("version = 1\n")
+    apply(CANONICAL)
+    empty = "version = 1\n"
+    assert len(apply(empty)) == 0  # without --prune, nothing outside the file is touched
+    apply(empty, prune=True)
+    assert counts() == (0, 0, 0, 0)

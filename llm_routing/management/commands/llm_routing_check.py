@@ -13,7 +13,7 @@ from typing import Any
 
 from django.core import checks
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db import router
+from django.db import DatabaseError, router
 
 from llm_routing.checks import check_configuration_rows, check_settings, requires_key
 from llm_routing.models import Chain, Provider
@@ -41,8 +41,14 @@ class Command(BaseCommand):
         parser.add_argument("--json", action="store_true", help="Machine-readable output.")
 
     def handle(self, *args: Any, **options: Any) -> None:
+        try:
+            providers = list(Provider.objects.order_by("name"))
+        except DatabaseError as exc:
+            raise CommandError(
+                f"Cannot read the providers ({type(exc).__name__}); has `migrate` run?"
+            ) from None
         rows = []
-        for p in Provider.objects.order_by("name"):
+        for p in providers:
             rows.append(
                 {
                     "name": p.name,
