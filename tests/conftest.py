@@ -186,7 +186,7 @@ def make_adapter(fake_upstream: FakeUpstream) -> Iterator[Callable[..., HttpProv
 
     def factory(kind: str, **overrides: Any) -> HttpProvider:
         fields = upstream_fields(f"{kind.replace('_', '-')}-test", kind, fake_upstream)
-        fields.update(model="model-x", **overrides)
+        fields.update({"model": "model-x", **overrides})
         adapter = get_adapter_class(kind)(ProviderConfig(**fields))
         assert isinstance(adapter, HttpProvider)
         built.append(adapter)
