@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any
+import uuid
+from typing import Any, TypeVar
 
 from django.contrib import admin
-from django.db.models import QuerySet
+from django.db.models import Model, QuerySet
 from django.http import HttpRequest
 from django.utils.html import format_html
 
 from .models import Attempt, Chain, ChainEntry, Provider, RoutingDecision, RoutingRule
+
+_M = TypeVar("_M", bound=Model)
 
 
 @admin.register(Provider)
@@ -90,6 +93,21 @@ class RoutingRuleAdmin(admin.ModelAdmin):
     ordering = ["priority", "name"]
 
 
+def _search_by_request_id(
+    queryset: QuerySet[_M], term: str, uuid_field: str, text_field: str
+) -> QuerySet[_M]:
+    """An exact request-id match for a UUID; anything else searches ``text_field``
+    (an exact UUID lookup with a malformed value would raise)."""
+    term = term.strip()
+    if not term:
+        return queryset
+    try:
+        uuid.UUID(term)
+    except ValueError:
+        return queryset.filter(**{f"{text_field}__icontains": term})
+    return queryset.filter(**{uuid_field: term})
+
+
 class ReadOnlyMixin:
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
@@ -142,14 +160,7 @@ class RoutingDecisionAdmin(ReadOnlyMixin, admin.ModelAdmin):
     def get_search_results(
         self, request: HttpRequest, queryset: QuerySet[RoutingDecision], search_term: str
     ) -> tuple[QuerySet[RoutingDecision], bool]:
-        # An exact UUID lookup with a malformed value would raise; fall back to task search.
-        import uuid
-
-        try:
-            uuid.UUID(search_term.strip())
-        except ValueError:
-            return queryset.filter(task__icontains=search_term.strip()), False
-        return queryset.filter(request_id=search_term.strip()), False
+        return _search_by_request_id(queryset, search_term, "request_id", "task"), False
 
 
 @admin.register(Attempt)
@@ -173,13 +184,7 @@ class AttemptAdmin(ReadOnlyMixin, admin.ModelAdmin):
     def get_search_results(
         self, request: HttpRequest, queryset: QuerySet[Attempt], search_term: str
     ) -> tuple[QuerySet[Attempt], bool]:
-        import uuid
-
-        term = search_term.strip()
-        if not term:
-            return queryset, False
-        try:
-            uuid.UUID(term)
-        except ValueError:
-            return queryset.filter(provider__icontains=term), False
-        return queryset.filter(decision__request_id=term), False
+        return (
+            _search_by_request_id(queryset, search_term, "decision__request_id", "provider"),
+            False,
+        )

@@ -10,6 +10,7 @@ llm_routing.E004      a provider's api_key_env fails validation (pattern, deny-l
 llm_routing.W001      an enabled provider's key variable is missing (unset/empty)
 llm_routing.W002      a chain has no enabled entry with an enabled provider
 llm_routing.I001      no default chain in the database and no DEFAULT_CHAIN setting
+llm_routing.W010      httpx / httpcore debug logging is on (it logs request headers)
 ====================  ==========================================================
 
 E003, E004, W001, W002 and I001 read the configuration rows. They are registered with
@@ -21,6 +22,7 @@ database connection for them.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -30,7 +32,13 @@ from django.db import DatabaseError, connections, router
 
 from .conf import DEFAULTS, routing_settings
 
-__all__ = ["MESSAGES", "check_configuration_rows", "check_settings", "requires_key"]
+__all__ = [
+    "MESSAGES",
+    "check_configuration_rows",
+    "check_http_debug_logging",
+    "check_settings",
+    "requires_key",
+]
 
 MESSAGES: dict[str, tuple[str, str]] = {
     "E001": (
@@ -66,6 +74,12 @@ MESSAGES: dict[str, tuple[str, str]] = {
         "Mark a chain as default in the admin, or set LLM_ROUTING['DEFAULT_CHAIN'] (the demo "
         "project reads LLM_PROVIDER_CHAIN). Requests that match no rule are answered by the "
         "mock backstop.",
+    ),
+    "W010": (
+        "Debug logging is enabled for {loggers}: request lines and headers of provider "
+        "calls are logged.",
+        "Set these loggers to INFO or higher in production; llm_routing redacts known key "
+        "values from their records, but headers of other services are not covered.",
     ),
 }
 
@@ -185,3 +199,15 @@ def requires_key(kind: str) -> bool:
         return bool(get_adapter_class(kind).requires_key)
     except ImproperlyConfigured:
         return True  # the BaseProvider default; import errors surface on use
+
+
+@checks.register(checks.Tags.security)
+def check_http_debug_logging(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    noisy = [
+        name
+        for name in ("httpx", "httpcore")
+        if logging.getLogger(name).isEnabledFor(logging.DEBUG)
+    ]
+    if noisy:
+        return [_message(checks.Warning, "W010", loggers=", ".join(noisy))]
+    return []
