@@ -49,7 +49,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
     if unknown:
         errors.append(_message(checks.Error, "E001", keys=", ".join(unknown)))
     user = routing_settings.user_settings
-    for key in ("DEFAULT_CHAIN",):
+    for key in ("DEFAULT_CHAIN", "BREAKER_COOLDOWNS_S"):
         if key in user and not isinstance(user[key], list | tuple):
             errors.append(_message(checks.Error, "E002", detail=f"{key} must be a list"))
     for key in ("ROUTES", "PROVIDER_KINDS", "API_THROTTLE_RATES"):

@@ -207,10 +207,14 @@ def _call(
         model=config.model,
         task=request.task,
     )
+    # A half-open probe is exactly one upstream request: no same-provider retries.
+    max_retries = 0 if breaker.is_probe(config) else None
     if sleeper is None:
-        result = call_with_retries(adapter, request, budget=budget)
+        result = call_with_retries(adapter, request, budget=budget, max_retries=max_retries)
     else:
-        result = call_with_retries(adapter, request, budget=budget, sleeper=sleeper)
+        result = call_with_retries(
+            adapter, request, budget=budget, sleeper=sleeper, max_retries=max_retries
+        )
     breaker.observe(config, result)
     send(after_provider_result, request_id=walk.request_id, provider=config.name, result=result)
     return result

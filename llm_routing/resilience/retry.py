@@ -65,8 +65,11 @@ def call_with_retries(
     budget: Budget,
     sleeper: Sleeper = time.sleep,
     rng: Callable[[], float] = random.random,
+    max_retries: int | None = None,
 ) -> ProviderResult:
+    """``max_retries`` overrides the provider's own (the breaker's probe passes 0)."""
     config = adapter.config
+    retry_limit = config.max_retries if max_retries is None else max_retries
     started = time.perf_counter()
     retries = 0
     upstream = 0
@@ -102,7 +105,7 @@ def call_with_retries(
                 upstream_requests=upstream,
                 latency_ms=(time.perf_counter() - started) * 1000,
             )
-        delay = _retry_delay(exc, retries, config.max_retries, budget, rng)
+        delay = _retry_delay(exc, retries, retry_limit, budget, rng)
         if delay is None:
             return error_result(
                 adapter,
