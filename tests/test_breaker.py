@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import logging
+import uuid
 from dataclasses import replace
+from typing import Any
 
 import pytest
-from django.core.cache import caches
 from django.core.exceptions import ImproperlyConfigured
 from django.test import override_settings
 
@@ -254,8 +255,14 @@ def result(ok: bool, error: ErrorInfo = UNAVAILABLE, upstream: int = 1) -> Provi
 
 
 @pytest.fixture
-def clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
-    caches["default"].clear()
+def clock(monkeypatch: pytest.MonkeyPatch, settings: Any) -> FakeClock:
+    # A fresh LocMem cache per test (never clear() a shared Redis).
+    settings.CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.locmem.LocMemCache",
+            "LOCATION": f"breaker-{uuid.uuid4().hex}",
+        }
+    }
     fake = FakeClock()
     monkeypatch.setattr(breaker, "store", CircuitStore(clock=fake))
     return fake

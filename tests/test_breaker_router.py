@@ -12,6 +12,7 @@ import os
 import uuid
 from collections.abc import Iterator
 from io import StringIO
+from typing import Any
 
 import pytest
 from django.core.cache import caches
@@ -41,8 +42,14 @@ def no_sleep(seconds: float) -> None:
 
 
 @pytest.fixture
-def clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
-    caches["default"].clear()
+def clock(monkeypatch: pytest.MonkeyPatch, settings: Any) -> FakeClock:
+    # A fresh LocMem cache per test (never clear() a shared Redis).
+    settings.CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.locmem.LocMemCache",
+            "LOCATION": f"breaker-{uuid.uuid4().hex}",
+        }
+    }
     fake = FakeClock()
     monkeypatch.setattr(breaker, "store", CircuitStore(clock=fake))
     return fake
