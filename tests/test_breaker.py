@@ -374,3 +374,21 @@ def test_a_failing_cache_falls_back_to_local_state_and_logs_once(
     assert breaker.allow(CONFIG)  # the shared cache has no open circuit
     assert not breaker.store.degraded
     assert "reachable again" in caplog.text
+
+
+def test_successes_on_a_clean_circuit_rewrite_health_at_most_once_a_second(
+    clock: FakeClock,
+) -> None:
+    breaker.observe(CONFIG, result(True))
+    first = clock()
+    clock.advance(0.5)
+    breaker.observe(CONFIG, result(True))
+    assert breaker.store.load("primary", "gpt-x").last_success_at == first
+    clock.advance(0.5)
+    breaker.observe(CONFIG, result(True))
+    assert breaker.store.load("primary", "gpt-x").last_success_at == clock()
+    breaker.observe(CONFIG, result(False))
+    clock.advance(0.1)
+    breaker.observe(CONFIG, result(True))  # not clean any more: written at once
+    circuit = breaker.store.load("primary", "gpt-x")
+    assert circuit.last_success_at == clock() and circuit.failures == 0

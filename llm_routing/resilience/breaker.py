@@ -59,6 +59,7 @@ __all__ = [
     "HALF_OPEN",
     "OPEN",
     "RECORD_TTL_S",
+    "SUCCESS_WRITE_INTERVAL_S",
     "Circuit",
     "CircuitStore",
     "Policy",
@@ -82,6 +83,9 @@ HALF_OPEN = "half_open"
 CACHE_RETRY_S = 5.0
 #: Circuit records expire from the cache after this long without a real call.
 RECORD_TTL_S = 86_400
+#: A success on a clean, closed circuit rewrites ``last_success_at`` at most this often
+#: (the hot path of a healthy provider then costs one cache read per call).
+SUCCESS_WRITE_INTERVAL_S = 1.0
 
 Clock = Callable[[], float]
 
@@ -456,6 +460,14 @@ class CircuitStore:
         now = self.clock()
         before = self.load(config.name, config.model)
         if result.ok:
+            if (
+                before.state == CLOSED
+                and before.failures == 0
+                and before.level == 0
+                and before.last_success_at is not None
+                and 0 <= now - before.last_success_at < SUCCESS_WRITE_INTERVAL_S
+            ):
+                return
             after = on_success(before, now, policy)
         else:
             error = result.error or ErrorInfo(category="response", message="")
