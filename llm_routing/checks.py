@@ -63,4 +63,11 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
             and (not isinstance(user[key], int | float) or user[key] <= 0)
         ):
             errors.append(_message(checks.Error, "E002", detail=f"{key} must be a positive number"))
+    if not unknown and not errors:
+        from .resilience.breaker import Policy
+
+        try:
+            Policy.from_settings()
+        except ImproperlyConfigured as exc:
+            errors.append(_message(checks.Error, "E002", detail=str(exc).rstrip(".")))
     return errors

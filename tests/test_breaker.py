@@ -199,6 +199,9 @@ def test_records_round_trip_and_garbage_reads_as_closed() -> None:
     assert Circuit.from_record("p", "m", {"state": "melted"}) == fresh()
     assert Circuit.from_record("p", "m", {"nonsense": 1}) == fresh()
     assert Circuit.from_record("p", "m", "not a dict") == fresh()
+    assert Circuit.from_record("p", "m", {"state": "open", "open_until": "soon"}) == fresh()
+    assert Circuit.from_record("p", "m", {"failures": "3"}) == fresh()
+    assert Circuit.from_record("p", "m", {"state": "open", "open_until": None}) == fresh()
 
 
 def test_health_view_of_a_circuit() -> None:
@@ -229,6 +232,15 @@ def test_default_settings_return_traffic_within_15_seconds() -> None:
 def test_invalid_breaker_settings_are_a_clear_configuration_error(overrides: dict) -> None:
     with override_settings(LLM_ROUTING=overrides), pytest.raises(ImproperlyConfigured):
         Policy.from_settings()
+
+
+@override_settings(LLM_ROUTING={"BREAKER_COOLDOWNS_S": [2.0, 0]})
+def test_the_system_check_reports_an_invalid_ladder() -> None:
+    from llm_routing.checks import check_settings
+
+    messages = check_settings()
+    assert [m.id for m in messages] == ["llm_routing.E002"]
+    assert "BREAKER_COOLDOWNS_S" in messages[0].msg
 
 
 def test_provider_errors_carry_retry_after_but_do_not_expose_it() -> None:

@@ -173,7 +173,7 @@ class Circuit:
             )
         except TypeError:
             return cls(provider=provider, model=model)
-        if circuit.state not in (CLOSED, OPEN):
+        if circuit.state not in (CLOSED, OPEN) or not _well_typed(circuit):
             return cls(provider=provider, model=model)
         return circuit
 
@@ -190,6 +190,30 @@ class Circuit:
             "last_error_category": self.last_error_category,
             "last_http_status": self.last_http_status,
         }
+
+
+_NUMBER = (int, float)
+_TYPES: dict[str, tuple[type, ...]] = {
+    "failures": (int,),
+    "level": (int,),
+    "opened_at": (*_NUMBER, type(None)),
+    "open_until": (*_NUMBER, type(None)),
+    "last_failure_at": (*_NUMBER, type(None)),
+    "last_success_at": (*_NUMBER, type(None)),
+    "last_error_at": (*_NUMBER, type(None)),
+    "last_error_category": (str, type(None)),
+    "last_http_status": (int, type(None)),
+}
+
+
+def _well_typed(circuit: Circuit) -> bool:
+    """A record read from a shared cache is checked before the router relies on it."""
+    if circuit.state == OPEN and not isinstance(circuit.open_until, _NUMBER):
+        return False
+    return all(
+        isinstance(getattr(circuit, name), types) and not isinstance(getattr(circuit, name), bool)
+        for name, types in _TYPES.items()
+    )
 
 
 def _iso(ts: float | None) -> str | None:
