@@ -57,7 +57,9 @@ class Command(BaseCommand):
         table = [COLUMNS] + [_row(e) for e in entries]
         widths = [max(len(r[i]) for r in table) for i in range(len(COLUMNS))]
         for line in table:
-            self.stdout.write("  ".join(v.ljust(w) for v, w in zip(line, widths, strict=True)))
+            self.stdout.write(
+                "  ".join(v.ljust(w) for v, w in zip(line, widths, strict=True)).rstrip()
+            )
         if breaker.store.degraded:
             self.stderr.write("The circuit cache is unreachable: showing process-local state.")
 
