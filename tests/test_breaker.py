@@ -404,3 +404,15 @@ def test_successes_on_a_clean_circuit_rewrite_health_at_most_once_a_second(
     breaker.observe(CONFIG, result(True))  # not clean any more: written at once
     circuit = breaker.store.load("primary", "gpt-x")
     assert circuit.last_success_at == clock() and circuit.failures == 0
+
+
+def test_a_late_probe_does_not_free_a_slot_another_caller_holds(clock: FakeClock) -> None:
+    from django.core.cache import caches
+
+    trip()
+    clock.advance(1.0)
+    assert breaker.allow(CONFIG)
+    slot = breaker._key("primary", "gpt-x") + ":probe"
+    caches["default"].set(slot, "someone-else")  # our slot expired and was re-claimed
+    breaker.observe(CONFIG, result(False))
+    assert caches["default"].get(slot) == "someone-else"

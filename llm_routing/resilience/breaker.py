@@ -42,6 +42,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, fields, replace
 from datetime import UTC, datetime
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from django.core.cache import caches
@@ -347,9 +348,17 @@ class _LocalCache:
             self._data.pop(key, None)
 
 
-_probing: contextvars.ContextVar[frozenset[str]] = contextvars.ContextVar(
-    "llm_routing_breaker_probing", default=frozenset()
+#: Probe slots this context holds: circuit key -> the slot's token.
+_probing: contextvars.ContextVar[Mapping[str, str]] = contextvars.ContextVar(
+    "llm_routing_breaker_probing", default=MappingProxyType({})
 )
+
+
+def _holding(key: str, token: str | None) -> None:
+    held = {k: v for k, v in _probing.get().items() if k != key}
+    if token is not None:
+        held[key] = token
+    _probing.set(held)
 
 
 def _key(provider: str, model: str) -> str:
@@ -448,15 +457,16 @@ class CircuitStore:
         phase = circuit.phase(now)
         key = _key(config.name, config.model)
         if key in _probing.get():  # a claim left over by a call that never reported
-            _probing.set(_probing.get() - {key})
+            _holding(key, None)
         if phase == CLOSED:
             return True
         if phase == OPEN:
             return False
         ttl = max(Policy.from_settings().probe_ttl, float(config.timeout_s) + 1.0)
-        if not self._cache_call("add", key + ":probe", uuid.uuid4().hex, math.ceil(ttl)):
+        token = uuid.uuid4().hex
+        if not self._cache_call("add", key + ":probe", token, math.ceil(ttl)):
             return False
-        _probing.set(_probing.get() | {key})
+        _holding(key, token)
         logger.info("Circuit %s/%s half-open: this call is the probe.", config.name, config.model)
         return True
 
@@ -468,15 +478,17 @@ class CircuitStore:
         if not _tracked(config):
             return
         key = _key(config.name, config.model)
-        probe = key in _probing.get()
+        token = _probing.get().get(key)
+        probe = token is not None
         if probe:
-            _probing.set(_probing.get() - {key})
+            _holding(key, None)
         try:
             if result.upstream_requests == 0 and not result.ok:
                 return  # the budget ran out before any request: nothing was observed
             self._observe(config, result, probe=probe)
         finally:
-            if probe:
+            # Free the slot, unless it expired and another caller holds a new one.
+            if probe and self._cache_call("get", key + ":probe") == token:
                 self._cache_call("delete", key + ":probe")
 
     def _observe(self, config: ProviderConfig, result: ProviderResult, *, probe: bool) -> None:
