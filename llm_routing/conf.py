@@ -59,6 +59,9 @@ DEFAULTS: dict[str, Any] = {
     "BACKOFF_MAX_S": 4.0,
     # A Retry-After longer than this is not waited for on the same provider.
     "RETRY_AFTER_CAP_S": 5.0,
+    # Longest wait for a TCP/TLS connection to a provider (also capped by the row's
+    # first_token_timeout_s and by the request-wide deadline).
+    "CONNECT_TIMEOUT_S": 5.0,
     # Largest upstream response body read, in bytes.
     "MAX_RESPONSE_BYTES": 4_194_304,
     # Django cache alias holding circuit state (shared when it is Redis).
