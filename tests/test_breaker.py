@@ -416,3 +416,41 @@ def test_a_late_probe_does_not_free_a_slot_another_caller_holds(clock: FakeClock
     caches["default"].set(slot, "someone-else")  # our slot expired and was re-claimed
     breaker.observe(CONFIG, result(False))
     assert caches["default"].get(slot) == "someone-else"
+
+
+@pytest.mark.parametrize(
+    ("env", "backend", "location"),
+    [
+        ({"REDIS_URL": "redis://10.0.0.9:6379/3"}, "redis.RedisCache", "redis://10.0.0.9:6379/3"),
+        (
+            {"REDIS_URL": "redis://10.0.0.9:6379/3", "CACHE_URL": "locmemcache://x"},
+            "locmem.LocMemCache",
+            "x",
+        ),
+        ({}, "locmem.LocMemCache", "llm-routing"),
+    ],
+)
+def test_demo_settings_pick_the_cache_from_cache_url_or_redis_url(
+    env: dict[str, str], backend: str, location: str
+) -> None:
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    clean = {k: v for k, v in os.environ.items() if k not in {"CACHE_URL", "REDIS_URL"}}
+    code = "import json, project.settings as s; print(json.dumps(s.CACHES['default']))"
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**clean, "DEBUG": "true", **env},
+        cwd=Path(__file__).resolve().parent.parent,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    cache = json.loads(out)
+    assert cache["BACKEND"] == f"django.core.cache.backends.{backend}"
+    assert cache["LOCATION"] == location
+    if backend.startswith("redis"):
+        assert cache["OPTIONS"] == {"socket_connect_timeout": 1.0, "socket_timeout": 1.0}
