@@ -101,7 +101,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
     if unknown:
         errors.append(_message(checks.Error, "E001", keys=", ".join(unknown)))
     user = routing_settings.user_settings
-    for key in ("DEFAULT_CHAIN",):
+    for key in ("DEFAULT_CHAIN", "BREAKER_COOLDOWNS_S"):
         if key in user and not isinstance(user[key], list | tuple):
             errors.append(_message(checks.Error, "E002", detail=f"{key} must be a list"))
     for key in ("ROUTES", "PROVIDER_KINDS", "API_THROTTLE_RATES"):
@@ -115,6 +115,13 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
             and (not isinstance(user[key], int | float) or user[key] <= 0)
         ):
             errors.append(_message(checks.Error, "E002", detail=f"{key} must be a positive number"))
+    if not unknown and not errors:
+        from .resilience.breaker import Policy
+
+        try:
+            Policy.from_settings()
+        except ImproperlyConfigured as exc:
+            errors.append(_message(checks.Error, "E002", detail=str(exc).rstrip(".")))
     return errors
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 from collections.abc import Iterator
+from dataclasses import replace
 
 import pytest
 from django.core.management import CommandError, call_command
@@ -13,7 +14,7 @@ from django.test import override_settings
 from llm_routing.models import Chain, ChainEntry, Provider, RoutingDecision
 from llm_routing.providers.base import BaseProvider
 from llm_routing.resilience import breaker
-from llm_routing.types import AuditRequest, ProviderResult
+from llm_routing.types import AuditRequest, ErrorInfo, ProviderResult
 
 pytestmark = pytest.mark.django_db
 
@@ -114,7 +115,8 @@ def test_check_lists_providers_and_key_presence_without_values(
 ) -> None:
     out = run("llm_routing_check")
     lines = {line.split()[0]: line.split() for line in out.splitlines() if line.strip()}
-    assert lines["openai-main"][-2:] == ["missing", "n/a"]
+    assert lines["openai-main"][-2:] == ["missing", "closed"]
+    assert lines["staging"][-1] == "n/a"  # a mock answers offline: no circuit
     assert "not needed" in out.splitlines()[2]  # staging: the mock kind needs no key
     assert "default chain: main" in out
     assert "llm_routing.W001" in out
@@ -138,20 +140,37 @@ def test_check_json(configured: None, monkeypatch: pytest.MonkeyPatch) -> None:
     assert data["checks"] == []
 
 
-def test_check_shows_circuit_state_when_the_breaker_exposes_it(
-    configured: None, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(
-        breaker,
-        "state",
-        lambda config: "open" if config.name == "openai-main" else "closed",
-        raising=False,
-    )
+def test_check_shows_circuit_state_from_the_breaker(configured: None) -> None:
+    vendor = Provider.objects.get(name="openai-main")
+    other = Chain.objects.create(name="other")
+    ChainEntry.objects.create(chain=other, provider=vendor, position=0, model="gpt-4o")
     data = json.loads(run("llm_routing_check", "--json"))
     assert {p["name"]: p["circuit"] for p in data["providers"]} == {
-        "openai-main": "open",
-        "staging": "closed",
+        "openai-main": "closed",
+        "staging": "n/a",
     }
+
+    def trip(model: str) -> None:
+        # Three transient failures (after retries) open a circuit: the breaker's own path.
+        failure = ProviderResult(
+            provider=vendor.name,
+            model=model,
+            mode="error",
+            status="error",
+            error=ErrorInfo(category="unavailable", message="503", http_status=503, transient=True),
+            upstream_requests=1,
+        )
+        config = replace(vendor.to_config(), model=model)
+        for _ in range(3):
+            breaker.observe(config, failure)
+
+    trip("gpt-4o")
+    data = json.loads(run("llm_routing_check", "--json"))
+    assert data["providers"][0]["circuit"] == "closed; gpt-4o: open"
+    trip("gpt-4o-mini")
+    assert "openai-main  keyed  gpt-4o-mini" in run("llm_routing_check")
+    data = json.loads(run("llm_routing_check", "--json"))
+    assert data["providers"][0]["circuit"] == "open; gpt-4o: open"
 
 
 def test_check_fails_on_configuration_errors() -> None:

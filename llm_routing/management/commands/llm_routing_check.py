@@ -1,9 +1,9 @@
 """``manage.py llm_routing_check [--json]`` — providers, key presence, circuit state.
 
-Key presence only: a key's value is never read into the output. The circuit column
-comes from ``llm_routing.resilience.breaker.state(config)`` when the breaker exposes
-one, else ``n/a``. The app's system checks (settings and rows) are run and printed;
-the command fails when any of them is an error.
+Key presence only: a key's value is never read into the output. The circuit column is
+the state of the provider's own model circuit in the shared breaker store (plus any
+override model's circuit that is not closed). The app's system checks (settings and
+rows) are run and printed; the command fails when any of them is an error.
 """
 
 from __future__ import annotations
@@ -20,18 +20,33 @@ from llm_routing.models import Chain, Provider
 from llm_routing.providers.registry import is_known_kind
 from llm_routing.resilience import breaker
 
-__all__ = ["Command", "circuit_state"]
+__all__ = ["Command", "circuit_states"]
 
 
-def circuit_state(provider: Provider) -> str:
-    state = getattr(breaker, "state", None)
-    if not callable(state):
-        return "n/a"
+def circuit_states(providers: list[Provider]) -> dict[str, str]:
+    """Provider name -> state of its own model's circuit, plus any override model's
+    circuit that is not closed (``closed; gpt-4o: open``)."""
+    store = getattr(breaker, "store", None)
+    if store is None or not hasattr(store, "for_providers"):
+        return {p.name: "n/a" for p in providers}
     try:
-        value = state(provider.to_config())
+        circuits = store.for_providers(providers)
+        now = store.clock()
     except Exception:  # a diagnostic must not crash on a broken cache
-        return "unknown"
-    return str(getattr(value, "value", value))
+        return {p.name: "unknown" for p in providers}
+    out: dict[str, str] = {}
+    for p in providers:
+        if p.kind == "mock" or p.mode == "mock":
+            out[p.name] = "n/a"  # answered offline: no upstream, no circuit
+            continue
+        own, *overrides = circuits.get(p.name) or [None]
+        text = str(own.phase(now)) if own is not None else "n/a"
+        for circuit in overrides:
+            phase = str(circuit.phase(now))
+            if phase != "closed":
+                text += f"; {circuit.model}: {phase}"
+        out[p.name] = text
+    return out
 
 
 class Command(BaseCommand):
@@ -47,6 +62,7 @@ class Command(BaseCommand):
             raise CommandError(
                 f"Cannot read the providers ({type(exc).__name__}); has `migrate` run?"
             ) from None
+        states = circuit_states(providers)
         rows = []
         for p in providers:
             rows.append(
@@ -59,7 +75,7 @@ class Command(BaseCommand):
                     "api_key_env": p.api_key_env,
                     "key_required": requires_key(p.kind) and p.mode != "mock",
                     "key_present": p.key_present,
-                    "circuit": circuit_state(p),
+                    "circuit": states[p.name],
                 }
             )
         default = Chain.objects.filter(is_default=True).values_list("name", flat=True).first()
