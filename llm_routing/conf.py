@@ -66,6 +66,21 @@ DEFAULTS: dict[str, Any] = {
     "MAX_RESPONSE_BYTES": 4_194_304,
     # Django cache alias holding circuit state (shared when it is Redis).
     "CACHE_ALIAS": "default",
+    # --- circuit breaker (issue 4) — docs/circuit-breakers.md --------------------------
+    # Consecutive transient failures (calls after retries) that open a circuit.
+    "BREAKER_FAILURE_THRESHOLD": 3,
+    # Cooldown ladder in seconds: the n-th opening in a streak waits the n-th step (the
+    # last step repeats), never longer than BREAKER_COOLDOWN_MAX_S.
+    "BREAKER_COOLDOWNS_S": [1.0, 2.0, 5.0, 10.0],
+    "BREAKER_COOLDOWN_MAX_S": 10.0,
+    # A streak ends (ladder and failure count back to zero) after this long without a
+    # counted failure.
+    "BREAKER_RESET_AFTER_S": 60.0,
+    # A 429 whose Retry-After exceeds RETRY_AFTER_CAP_S opens the circuit for that long,
+    # but never longer than this.
+    "BREAKER_RETRY_AFTER_MAX_S": 300.0,
+    # Lifetime of the single half-open probe slot (at least the provider's timeout_s + 1).
+    "BREAKER_PROBE_TTL_S": 10.0,
     # --- streaming (issue 5) ---------------------------------------------------------
     # Longest silence between two stream events once the first token has arrived
     # (before it, the row's first_token_timeout_s applies); always inside the call's

@@ -315,6 +315,8 @@ class _Session:
         kwargs: dict[str, object] = {"budget": self.budget, "invoke": invoke}
         if self.sleeper is not None:
             kwargs["sleeper"] = self.sleeper
+        if breaker.is_probe(config):
+            kwargs["max_retries"] = 0  # a half-open probe is exactly one upstream request
         result = call_with_retries(adapter, request, **kwargs)  # type: ignore[arg-type]
         breaker.observe(config, result)
         send(after_provider_result, request_id=self.request_id, provider=config.name, result=result)

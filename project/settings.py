@@ -6,9 +6,12 @@ Embedded defaults: SQLite, LocMem cache, no broker. Every variable is documented
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import environ
+
+from project.env_bootstrap import routing_from_env
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -74,7 +77,17 @@ DATABASES = {"default": env.db("DATABASE_URL", default=f"sqlite:///{BASE_DIR / '
 DATABASES["default"].setdefault("CONN_MAX_AGE", env.int("CONN_MAX_AGE", default=0))
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 
-CACHES = {"default": env.cache("CACHE_URL", default="locmemcache://llm-routing")}
+# CACHE_URL wins; REDIS_URL alone selects Django's Redis backend (circuits shared by all
+# workers). Bounded socket timeouts: a dead Redis must fail fast, never hang a request.
+CACHES = {
+    "default": env.cache(
+        "CACHE_URL", default=env.str("REDIS_URL", default="") or "locmemcache://llm-routing"
+    )
+}
+if CACHES["default"]["BACKEND"] == "django.core.cache.backends.redis.RedisCache":
+    CACHES["default"].setdefault("OPTIONS", {}).update(
+        {"socket_connect_timeout": 1.0, "socket_timeout": 1.0}
+    )
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
@@ -116,7 +129,8 @@ SPECTACULAR_SETTINGS = {
 }
 
 LLM_ROUTING = {
-    "DEFAULT_CHAIN": env.list("LLM_PROVIDER_CHAIN", default=[]),
+    # DEFAULT_CHAIN and ROUTES from LLM_PROVIDER_CHAIN / LLM_PROVIDER / LLM_ROUTING_RULES.
+    **routing_from_env(os.environ),
     "API_THROTTLE_RATES": {
         "user": env.str("LLM_ROUTING_USER_RATE", default="120/min"),
         "anon": env.str("LLM_ROUTING_ANON_RATE", default="10/min"),

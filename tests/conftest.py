@@ -164,24 +164,29 @@ def base_url_for(kind: str, fake: FakeUpstream) -> str:
     return f"{fake.url}/v1" if VENDOR_OF_KIND.get(kind) == "openai" else fake.url
 
 
+def upstream_fields(name: str, kind: str, fake: FakeUpstream) -> dict[str, Any]:
+    """Provider fields of ``kind`` pointed at the fake upstream."""
+    return {
+        "name": name,
+        "kind": kind,
+        "model": f"{kind}-model",
+        "base_url": base_url_for(kind, fake),
+        "api_key_env": "TEST_PROVIDER_KEY",
+        "timeout_s": 5.0,
+        "first_token_timeout_s": 5.0,
+        "max_retries": 2,
+        "supports_structured_output": True,
+    }
+
+
 @pytest.fixture
 def make_adapter(fake_upstream: FakeUpstream) -> Iterator[Callable[..., HttpProvider]]:
     """Build an adapter of a kind pointed at the fake upstream; closed after the test."""
     built: list[HttpProvider] = []
 
     def factory(kind: str, **overrides: Any) -> HttpProvider:
-        fields: dict[str, Any] = {
-            "name": f"{kind.replace('_', '-')}-test",
-            "kind": kind,
-            "model": "model-x",
-            "base_url": base_url_for(kind, fake_upstream),
-            "api_key_env": "TEST_PROVIDER_KEY",
-            "timeout_s": 5.0,
-            "first_token_timeout_s": 5.0,
-            "max_retries": 2,
-            "supports_structured_output": True,
-        }
-        fields.update(overrides)
+        fields = upstream_fields(f"{kind.replace('_', '-')}-test", kind, fake_upstream)
+        fields.update({"model": "model-x", **overrides})
         adapter = get_adapter_class(kind)(ProviderConfig(**fields))
         assert isinstance(adapter, HttpProvider)
         built.append(adapter)
@@ -203,7 +208,7 @@ class Sleeps(list[float]):
 def upstream_chain(fake_upstream: FakeUpstream) -> Callable[..., list[Any]]:
     """Create Provider rows pointed at the fake upstream and a default Chain of them.
 
-    ``make_chain(("oc", "openai_compatible", {...overrides}), ("an", "anthropic", {}))``
+    ``upstream_chain(("oc", "openai_compatible", {...overrides}), ("an", "anthropic", {}))``
     """
     from llm_routing.models import Chain, ChainEntry, Provider
 
@@ -211,17 +216,7 @@ def upstream_chain(fake_upstream: FakeUpstream) -> Callable[..., list[Any]]:
         chain = Chain.objects.create(name="default", is_default=True)
         rows = []
         for position, (name, kind, overrides) in enumerate(specs):
-            fields: dict[str, Any] = {
-                "name": name,
-                "kind": kind,
-                "model": f"{kind}-model",
-                "base_url": base_url_for(kind, fake_upstream),
-                "api_key_env": "TEST_PROVIDER_KEY",
-                "timeout_s": 5.0,
-                "first_token_timeout_s": 5.0,
-                "max_retries": 2,
-                "supports_structured_output": True,
-            }
+            fields = upstream_fields(name, kind, fake_upstream)
             fields.update(overrides)
             row = Provider.objects.create(**fields)
             ChainEntry.objects.create(chain=chain, provider=row, position=position)

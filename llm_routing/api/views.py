@@ -1,4 +1,5 @@
-"""HTTP views: no routing logic here — they validate, call the router, shape the answer."""
+"""HTTP views: no routing logic here — they validate, call :func:`llm_routing.service.execute`
+(the same function as the Python API), shape the answer."""
 
 from __future__ import annotations
 
@@ -18,7 +19,9 @@ from rest_framework.views import APIView
 
 from ..conf import routing_settings
 from ..models import Provider
-from ..router import route, route_stream
+from ..resilience import breaker
+from ..router import route_stream
+from ..service import execute
 from ..types import AuditRequest, StreamChunk, StreamFailure, StreamResult
 from .parsers import LimitedJSONParser
 from .serializers import AuditRequestSerializer, AuditResponseSerializer
@@ -66,7 +69,7 @@ class AuditView(RoutingAPIView):
             for name, value in SSE_HEADERS.items():
                 response[name] = value
             return response
-        routed = route(audit_request)
+        routed = execute(audit_request)
         return Response(routed.to_dict(), headers={"X-Request-ID": routed.request_id})
 
 
@@ -89,6 +92,18 @@ def _audit_events(audit_request: AuditRequest) -> Iterator[bytes]:
             )
 
 
+class CircuitHealthSerializer(serializers.Serializer):
+    model = serializers.CharField()
+    state = serializers.ChoiceField(choices=["closed", "open", "half_open"])
+    consecutive_failures = serializers.IntegerField()
+    cooldown_step = serializers.IntegerField()
+    open_until = serializers.DateTimeField(allow_null=True)
+    last_success_at = serializers.DateTimeField(allow_null=True)
+    last_error_at = serializers.DateTimeField(allow_null=True)
+    last_error_category = serializers.CharField(allow_null=True)
+    last_http_status = serializers.IntegerField(allow_null=True)
+
+
 class ProviderHealthSerializer(serializers.Serializer):
     name = serializers.CharField()
     kind = serializers.CharField()
@@ -96,6 +111,10 @@ class ProviderHealthSerializer(serializers.Serializer):
     mode = serializers.CharField()
     enabled = serializers.BooleanField()
     key_present = serializers.BooleanField()
+    health = CircuitHealthSerializer(help_text="Passive health of the provider's own model.")
+    overrides = CircuitHealthSerializer(
+        many=True, help_text="Passive health of each model a chain entry overrides it with."
+    )
 
 
 class HealthResponseSerializer(serializers.Serializer):
@@ -106,15 +125,22 @@ class HealthResponseSerializer(serializers.Serializer):
 class HealthView(RoutingAPIView):
     @extend_schema(responses={200: HealthResponseSerializer}, summary="Per-provider health")
     def get(self, request: Request) -> Response:
-        providers: list[dict[str, Any]] = [
-            {
-                "name": p.name,
-                "kind": p.kind,
-                "model": p.model,
-                "mode": p.mode,
-                "enabled": p.enabled,
-                "key_present": p.key_present,
-            }
-            for p in Provider.objects.order_by("name")
-        ]
+        rows = list(Provider.objects.order_by("name"))
+        circuits = breaker.store.for_providers(rows)
+        now = breaker.store.clock()
+        providers: list[dict[str, Any]] = []
+        for p in rows:
+            health = [{"model": c.model, **c.health(now)} for c in circuits[p.name]]
+            providers.append(
+                {
+                    "name": p.name,
+                    "kind": p.kind,
+                    "model": p.model,
+                    "mode": p.mode,
+                    "enabled": p.enabled,
+                    "key_present": p.key_present,
+                    "health": health[0],
+                    "overrides": health[1:],
+                }
+            )
         return Response({"status": "ok", "providers": providers})

@@ -70,10 +70,13 @@ def call_with_retries(
     sleeper: Sleeper = time.sleep,
     rng: Callable[[], float] = random.random,
     invoke: Invoke | None = None,
+    max_retries: int | None = None,
 ) -> ProviderResult:
     """Call ``adapter.complete`` (or ``invoke(api_key, timeout)``, e.g. opening a stream
-    and reading its first chunk) with same-provider retries."""
+    and reading its first chunk) with same-provider retries. ``max_retries`` overrides
+    the provider's own (the breaker's half-open probe passes 0)."""
     config = adapter.config
+    retry_limit = config.max_retries if max_retries is None else max_retries
     if invoke is None:
 
         def invoke(api_key: str | None, timeout: float) -> ProviderResult:
@@ -115,7 +118,7 @@ def call_with_retries(
                 upstream_requests=upstream,
                 latency_ms=(time.perf_counter() - started) * 1000,
             )
-        delay = _retry_delay(exc, retries, config.max_retries, budget, rng)
+        delay = _retry_delay(exc, retries, retry_limit, budget, rng)
         if delay is not None:
             logger.info(
                 "Retrying %s after %s (retry %d, sleeping %.3fs)",
