@@ -208,6 +208,23 @@ def test_in_band_error_after_the_first_chunk_is_an_error_not_a_failover(
     assert seen(fake_upstream) == {"openai": 0, "anthropic": 1, "gemini": 0}
 
 
+def test_a_key_echoed_by_an_in_band_error_after_the_commit_point_is_redacted(
+    api: APIClient, fake_upstream: FakeUpstream, upstream_chain: Chainer
+) -> None:
+    upstream_chain(("claude", "anthropic", {"supports_streaming": True}))
+    fake_upstream.script("anthropic", Faults.stream(text=TEXT, error_after=2, echo_key=True))
+
+    events = audit_stream(api, {"task": "chat", "input_text": "Tell me about the fox."})
+
+    assert "".join(d["text"] for e, d in events if e == "chunk") == "The quick"
+    name, error = events[-1]
+    assert name == "error" and error["partial"] is True
+    assert error["message"].startswith("Overloaded") and "[redacted]" in error["message"]
+    raw = json.dumps(events)
+    assert KEY not in raw
+    assert fake_upstream.requests_for("anthropic")[0].headers["x-api-key"] == KEY
+
+
 # --- /v1/chat/completions with the official openai SDK over a live server ------------
 @pytest.fixture
 def sdk(live_server: Any, django_user_model: Any) -> Iterator[openai.OpenAI]:

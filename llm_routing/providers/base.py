@@ -29,7 +29,13 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import best_match
 
 from ..conf import routing_settings
-from ..errors import NetworkError, ProviderError, ProviderTimeoutError, ResponseError
+from ..errors import (
+    NetworkError,
+    ProviderError,
+    ProviderTimeoutError,
+    ResponseError,
+    scrub,
+)
 from ..types import (
     AuditRequest,
     ProviderConfig,
@@ -291,6 +297,10 @@ class HttpProvider(BaseProvider):
                         )
                     try:
                         texts = decoder.feed(event)
+                    except ProviderError as exc:
+                        # An in-band error is raised after the commit point too, where
+                        # no retry layer scrubs it: its vendor message may echo the key.
+                        raise _scrubbed(exc, api_key) from None
                     except MalformedEvent:
                         skipped += 1
                         logger.warning(
@@ -311,7 +321,7 @@ class HttpProvider(BaseProvider):
                         clock.waiting()
                     if decoder.done:
                         break
-                if clock.expired:
+                if clock.expired and not decoder.done:  # an end marker beats a late alarm
                     raise clock.error()
                 end = decoder.end()
                 if end is not None and request.response_schema is not None:
@@ -453,6 +463,14 @@ def _read_limited(response: httpx.Response, deadline: float) -> bytes:
             raise ProviderTimeoutError("The provider did not finish its answer in time.")
         chunks.append(chunk)
     return b"".join(chunks)
+
+
+def _scrubbed(exc: ProviderError, api_key: str | None) -> ProviderError:
+    from ..logging import known_key_values
+
+    exc.message = scrub(exc.message, (api_key, *known_key_values()))
+    exc.args = (exc.message,)
+    return exc
 
 
 def _is_event_stream(response: httpx.Response) -> bool:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import socket
 import threading
 import time
@@ -238,5 +239,13 @@ class _Watchdog:
                 except Exception:  # never let one stream kill the watchdog
                     logger.exception("Stream watchdog failed to expire a stream")
 
+    def reset_after_fork(self) -> None:
+        """In a forked child the parent's thread is gone and its lock may be held."""
+        self._cond = threading.Condition()
+        self._due = {}
+        self._thread = None
+
 
 _WATCHDOG = _Watchdog()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_WATCHDOG.reset_after_fork)

@@ -284,9 +284,10 @@ class Faults:
         return Fault(status=200, body=b'{"choices": [{"message": ')
 
     @staticmethod
-    def stream(**kwargs: Any) -> Fault:
-        """A streamed answer shaped by :class:`StreamScript` (``Faults.stream(cut_after=2)``)."""
-        return Fault(stream=StreamScript(**kwargs))
+    def stream(*, echo_key: bool = False, **kwargs: Any) -> Fault:
+        """A streamed answer shaped by :class:`StreamScript` (``Faults.stream(cut_after=2)``);
+        ``echo_key``: an in-band error event echoes the request's key."""
+        return Fault(stream=StreamScript(**kwargs), echo_key=echo_key)
 
     @staticmethod
     def reset() -> Fault:
@@ -415,7 +416,9 @@ class _Frames:
     malformed: bytes
 
 
-def _sse_frames(vendor: str, body: dict[str, Any], model: str, script: StreamScript) -> _Frames:
+def _sse_frames(
+    vendor: str, body: dict[str, Any], model: str, script: StreamScript, echo_key: str = ""
+) -> _Frames:
     text = script.text if script.text is not None else _answer_text(body)
     schema = (
         ((body.get("response_format") or {}).get("json_schema") or {}).get("schema")
@@ -434,6 +437,8 @@ def _sse_frames(vendor: str, body: dict[str, Any], model: str, script: StreamScr
         return f"event: {name}\ndata: {json.dumps(obj)}\n\n".encode()
 
     error = _stream_error_body(vendor, script.error_status)
+    if echo_key:  # the in-band error echoes the key the request carried
+        error["error"]["message"] += f" {echo_key}"
     if vendor == "openai":
         requested = body.get("model")
 
@@ -600,7 +605,8 @@ class _Handler(BaseHTTPRequestHandler):
             return
         if fault.body is None:
             if streaming or (isinstance(request_json, dict) and request_json.get("stream")):
-                self._stream(vendor, request_json, model, fault.stream)
+                echo = self._echo_key({}, headers)["error"]["message"] if fault.echo_key else ""
+                self._stream(vendor, request_json, model, fault.stream, echo)
                 return
             answer = {
                 "openai": lambda: _openai_ok(request_json),
@@ -652,10 +658,15 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.flush()
 
     def _stream(
-        self, vendor: str, body: dict[str, Any], model: str, script: StreamScript | None
+        self,
+        vendor: str,
+        body: dict[str, Any],
+        model: str,
+        script: StreamScript | None,
+        echo_key: str = "",
     ) -> None:
         script = script or StreamScript()
-        frames = _sse_frames(vendor, body, model, script)
+        frames = _sse_frames(vendor, body, model, script, echo_key)
         self.send_response(200)
         self.send_header("content-type", "text/event-stream")
         self.send_header("cache-control", "no-cache")
