@@ -6,6 +6,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from drf_spectacular.utils import extend_schema_field
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 from rest_framework import serializers
@@ -29,6 +30,7 @@ def _reject_bad_text(value: str) -> str:
     return value
 
 
+@extend_schema_field({"type": "object", "additionalProperties": {"type": "string"}})
 class StrictStringMapField(serializers.Field):
     """A flat ``{str: str}`` object with bounded size; no coercion of numbers."""
 
@@ -128,10 +130,6 @@ class AuditRequestSerializer(serializers.Serializer):
         return value
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
-        if attrs.get("async"):
-            raise serializers.ValidationError(
-                {"async": ["Async jobs are not available in this version."]}
-            )
         if attrs.get("force_provider") and attrs.get("provider"):
             raise serializers.ValidationError(
                 {"force_provider": ["Use either provider or force_provider, not both."]}

@@ -3,12 +3,14 @@ from __future__ import annotations
 from django.urls import path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
+from .job_views import AuditJobView
 from .views import AuditView, HealthView
 
 app_name = "llm_routing"
 
 urlpatterns = [
     path("audit/", AuditView.as_view(), name="audit"),
+    path("audit/jobs/<str:job_id>/", AuditJobView.as_view(), name="audit-job"),
     path("health/", HealthView.as_view(), name="health"),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path(
