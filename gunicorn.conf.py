@@ -39,5 +39,5 @@ max_requests = int(os.environ.get("GUNICORN_MAX_REQUESTS", "2000"))
 max_requests_jitter = int(os.environ.get("GUNICORN_MAX_REQUESTS_JITTER", "200"))
 # Only trust X-Forwarded-* from the reverse proxy in front of gunicorn.
 forwarded_allow_ips = os.environ.get("FORWARDED_ALLOW_IPS", "127.0.0.1")
-accesslog = os.environ.get("GUNICORN_ACCESSLOG", "-")
+accesslog = os.environ.get("GUNICORN_ACCESSLOG", "-") or None  # empty: no access log
 errorlog = "-"
