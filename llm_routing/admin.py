@@ -9,7 +9,15 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils.html import format_html
 
-from .models import Attempt, Chain, ChainEntry, Provider, RoutingDecision, RoutingRule
+from .models import (
+    Attempt,
+    AuditJob,
+    Chain,
+    ChainEntry,
+    Provider,
+    RoutingDecision,
+    RoutingRule,
+)
 
 
 @admin.register(Provider)
@@ -174,3 +182,30 @@ class AttemptAdmin(ReadOnlyMixin, admin.ModelAdmin):
         except ValueError:
             return queryset.filter(provider__icontains=term), False
         return queryset.filter(decision__request_id=term), False
+
+
+AUDIT_JOB_FIELDS = (
+    "id",
+    "owner",
+    "task",
+    "status",
+    "request_id",
+    "claims",
+    "lease_expires_at",
+    "error",
+    "created_at",
+    "started_at",
+    "finished_at",
+)
+
+
+@admin.register(AuditJob)
+class AuditJobAdmin(ReadOnlyMixin, admin.ModelAdmin):
+    """Async jobs: state only. The stored payload (raw input) is never shown."""
+
+    list_display = ["created_at", "id", "owner", "task", "status", "claims", "finished_at"]
+    list_filter = ["status", "created_at"]
+    list_select_related = ["owner"]
+    date_hierarchy = "created_at"
+    fields = AUDIT_JOB_FIELDS
+    readonly_fields = AUDIT_JOB_FIELDS
