@@ -69,6 +69,7 @@ def test_polling_returns_the_synchronous_envelope(alice: Any) -> None:
     assert data["result"]["output"] == sync["result"]["output"]
     assert data["result"]["provider"] == "mock"
     assert data["finished_at"] is not None
+    assert polled["X-Request-ID"] == job["job_id"]
     assert RoutingDecision.objects.filter(request_id=job["job_id"]).count() == 1
 
 

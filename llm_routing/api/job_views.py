@@ -92,4 +92,5 @@ class AuditJobView(RoutingAPIView):
         job = rows.first()
         if job is None:
             raise NotFound("No such job.")
-        return Response(job_representation(request, job))
+        headers = {"X-Request-ID": str(job.request_id)} if job.request_id else None
+        return Response(job_representation(request, job), headers=headers)
