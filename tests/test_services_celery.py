@@ -9,11 +9,13 @@ tests/settings_services.py); run through ``python3 dev.py test --services``.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -29,6 +31,7 @@ from django.db import connection
 from django.utils import timezone
 from rest_framework.authtoken.models import Token
 
+from llm_routing import jobs
 from llm_routing.models import Attempt, AuditJob, Provider, RoutingDecision
 from llm_routing.router import route
 from llm_routing.types import AuditRequest
@@ -116,6 +119,15 @@ class Stack:
             ],
         )  # fmt: skip
 
+    def call(self, task: str, *args: str) -> None:
+        """Publish one message to this stack's queue (``celery call``)."""
+        result = subprocess.run(
+            [sys.executable, "-m", "celery", "-A", "project", "call", task,
+             "--queue", self.queue, "--args", json.dumps(list(args))],
+            cwd=ROOT, env=self.env, capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        assert result.returncode == 0, result.stdout + result.stderr
+
     def beat(self) -> subprocess.Popen[bytes]:
         schedule = self.tmp / "celerybeat-schedule"
         return self._spawn(
@@ -155,6 +167,26 @@ class Stack:
                 self.kill(name)
             except (ProcessLookupError, subprocess.TimeoutExpired):
                 pass
+        self.delete_queue()
+
+    def delete_queue(self) -> None:
+        """Leave nothing of this test on the shared broker (queue, exchange, keys)."""
+        if self.broker == "redis":
+            import redis
+
+            client = redis.Redis.from_url(BROKERS["redis"])
+            try:
+                for key in client.scan_iter(match=f"*{self.queue}*", count=500):
+                    client.delete(key)
+            finally:
+                client.close()
+            return
+        from kombu import Connection
+
+        with Connection(BROKERS[self.broker], connect_timeout=10) as conn:
+            channel = conn.default_channel
+            channel.queue_delete(self.queue)
+            channel.exchange_delete(self.queue)
 
     def log(self, name: str) -> str:
         path = self.tmp / f"{name}.log"
@@ -289,3 +321,58 @@ def test_beat_schedules_the_retention_task_which_removes_exactly_the_old_rows(
     assert set(RoutingDecision.objects.values_list("pk", flat=True)) == ids["new"]
     assert not Attempt.objects.filter(decision_id__in=ids["old"]).exists()
     assert Attempt.objects.filter(decision_id__in=ids["new"]).count() == 3
+
+
+def test_a_duplicate_message_delivered_concurrently_does_not_route_twice(
+    stack: Stack, token: str
+) -> None:
+    Provider.objects.create(
+        name="slow", kind="sleepy", model="sleepy-1", params={"sleep_s": 3}, max_retries=0
+    )
+    stack.web()
+    stack.worker("worker")
+    stack.worker("worker2")
+    submitted = _submit(stack, token, provider="slow")
+    job_id = submitted["job_id"]
+
+    def running() -> bool:
+        return AuditJob.objects.filter(pk=job_id, status="running").exists()
+
+    _wait_for("a worker to claim the job", running, timeout=60)
+    stack.call("llm_routing.run_audit_job", job_id)  # the same job, while it runs
+    data = _poll_done(stack, token, submitted["status_url"], timeout=90)
+    assert data["result"]["provider"] == "slow"
+    # Let the duplicate come back from its retry and find the job finished.
+    _wait_for(
+        "the duplicate to be retried",
+        lambda: "Retry in" in stack.log("worker") + stack.log("worker2"),
+        timeout=30,
+    )
+    job = AuditJob.objects.get(pk=job_id)
+    assert job.claims == 1  # routed by exactly one delivery
+    assert RoutingDecision.objects.filter(request_id=job_id).count() == 1
+
+
+def test_concurrent_claims_on_postgresql_have_one_winner(require_postgres: None) -> None:
+    owner = get_user_model().objects.create_user("racer", password="pw-racer-123")
+    job = AuditJob.objects.create(owner=owner, task="t", payload={"task": "t"})
+    barrier = threading.Barrier(8)
+    won: list[bool] = []
+
+    def claim() -> None:
+        try:
+            barrier.wait(timeout=30)
+            claimed, _ = jobs.claim_job(job.pk)
+            won.append(claimed is not None)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=claim) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert len(won) == 8
+    assert won.count(True) == 1
+    job.refresh_from_db()
+    assert job.claims == 1 and job.status == "running"
