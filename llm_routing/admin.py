@@ -66,7 +66,7 @@ class ChainEntryInline(admin.TabularInline):
 
 @admin.register(Chain)
 class ChainAdmin(admin.ModelAdmin):
-    list_display = ["name", "is_default", "providers", "description"]
+    list_display = ["name", "is_default", "stream_mode", "providers", "description"]
     list_filter = ["is_default"]
     search_fields = ["name"]
     inlines = [ChainEntryInline]
@@ -78,6 +78,15 @@ class ChainAdmin(admin.ModelAdmin):
     def providers(self, obj: Chain) -> str:
         entries = sorted(obj.entries.all(), key=lambda e: e.position)
         return " → ".join(e.provider.name for e in entries if e.enabled) or "—"
+
+
+@admin.register(ChainEntry)
+class ChainEntryAdmin(admin.ModelAdmin):
+    list_display = ["chain", "position", "provider", "model", "enabled"]
+    list_filter = ["chain", "enabled"]
+    list_select_related = ["chain", "provider"]
+    ordering = ["chain__name", "position"]
+    autocomplete_fields = ["provider"]
 
 
 @admin.register(RoutingRule)

@@ -66,6 +66,7 @@ DEFAULTS: dict[str, Any] = {
     # --- HTTP API --------------------------------------------------------------------
     "API_AUTHENTICATION_CLASSES": [
         "rest_framework.authentication.TokenAuthentication",
+        "llm_routing.api.authentication.BearerTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "API_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],

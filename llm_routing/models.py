@@ -130,6 +130,16 @@ class Chain(models.Model):
     is_default = models.BooleanField(
         default=False, help_text="Used when no routing rule matches. At most one chain."
     )
+    stream_mode = models.CharField(
+        max_length=16,
+        choices=[
+            ("direct", "direct: fail over only before the first chunk"),
+            ("atomic", "atomic: buffer the whole answer, then stream it"),
+            ("continuation", "continuation: a prefill-capable fallback continues the text"),
+        ],
+        default="direct",
+        help_text="What happens when a stream fails after text was delivered.",
+    )
 
     class Meta:
         ordering = ["name"]

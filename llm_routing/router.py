@@ -16,21 +16,22 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 
 from .conf import routing_settings
-from .errors import ResponseError
+from .errors import ProviderError, ResponseError
 from .models import Chain, Provider, RoutingRule
 from .providers.base import BaseProvider
 from .providers.registry import get_adapter, is_known_kind
 from .recorder import record
 from .resilience import breaker
 from .resilience.budget import Budget
-from .resilience.retry import call_with_retries
+from .resilience.retry import Invoke, call_with_retries
 from .signals import after_provider_result, before_provider_call, on_provider_fallback, send
 from .types import (
     MOCK_PROVIDER_NAME,
@@ -40,11 +41,18 @@ from .types import (
     ProviderConfig,
     ProviderResult,
     RouterMode,
+    RouterStreamEvent,
     RoutingMetadata,
     RoutingResult,
+    StreamChunk,
+    StreamDelta,
+    StreamEnd,
+    StreamEvent,
+    StreamFailure,
+    StreamResult,
 )
 
-__all__ = ["Plan", "resolve", "route"]
+__all__ = ["STREAM_MODES", "Plan", "resolve", "route", "route_stream"]
 
 logger = logging.getLogger("llm_routing.router")
 
@@ -61,6 +69,7 @@ class Plan:
     rule: str | None = None
     requested_provider: str | None = None
     configured: bool = True  # False when nothing but the mock backstop was found
+    stream_mode: str = "direct"  # the chain's mid-stream failure policy
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -86,6 +95,13 @@ def _dedup_mock_last(
     return tuple(out)
 
 
+def _first_matching_rule(request: AuditRequest) -> RoutingRule | None:
+    for rule in RoutingRule.objects.filter(enabled=True).select_related("chain"):
+        if rule.matches(task=request.task, route=request.route):
+            return rule
+    return None
+
+
 def resolve(request: AuditRequest) -> Plan:
     """Step 1 of the algorithm (reads configuration rows, writes nothing)."""
     if request.force_provider:
@@ -95,26 +111,30 @@ def resolve(request: AuditRequest) -> Plan:
             requested_provider=request.force_provider,
         )
     fallbacks: list[tuple[str, str]] = []
+    stream_mode = "direct"
     chain_name: str | None = None
     rule_name: str | None = None
     mode: RouterMode = "default"
-    for rule in RoutingRule.objects.filter(enabled=True).select_related("chain"):
-        if rule.matches(task=request.task, route=request.route):
-            fallbacks = rule.chain.provider_names()
-            chain_name, rule_name, mode = rule.chain.name, rule.name, "rule"
-            break
-    else:
-        routes = routing_settings.ROUTES or {}
-        default = Chain.objects.filter(is_default=True).first()
-        if request.route and request.route in routes:
-            fallbacks = [(str(n), "") for n in routes[request.route]]
-            chain_name = f"route:{request.route}"
-        elif default is not None:
-            fallbacks = default.provider_names()
-            chain_name = default.name
-        elif routing_settings.DEFAULT_CHAIN:
-            fallbacks = [(str(n), "") for n in routing_settings.DEFAULT_CHAIN]
-            chain_name = "settings"
+    named = Chain.objects.filter(name=request.chain).first() if request.chain else None
+    rule = None if named is not None else _first_matching_rule(request)
+    routes = routing_settings.ROUTES or {}
+    if named is not None:
+        fallbacks = named.provider_names()
+        chain_name, mode, stream_mode = named.name, "explicit", named.stream_mode
+    elif rule is not None:
+        fallbacks = rule.chain.provider_names()
+        chain_name, rule_name, mode = rule.chain.name, rule.name, "rule"
+        stream_mode = rule.chain.stream_mode
+    elif request.route and request.route in routes:
+        fallbacks = [(str(n), "") for n in routes[request.route]]
+        chain_name = f"route:{request.route}"
+    elif (default := Chain.objects.filter(is_default=True).first()) is not None:
+        fallbacks = default.provider_names()
+        chain_name = default.name
+        stream_mode = default.stream_mode
+    elif routing_settings.DEFAULT_CHAIN:
+        fallbacks = [(str(n), "") for n in routing_settings.DEFAULT_CHAIN]
+        chain_name = "settings"
     entries = list(fallbacks)
     if request.provider == MOCK_PROVIDER_NAME:
         # The mock never fails, so an explicit mock primary is the whole walk.
@@ -130,6 +150,7 @@ def resolve(request: AuditRequest) -> Plan:
         rule=rule_name,
         requested_provider=request.provider,
         configured=bool(entries),
+        stream_mode=stream_mode,
     )
 
 
@@ -192,30 +213,6 @@ class _Walk:
         return attempt
 
 
-def _call(
-    adapter: BaseProvider,
-    request: AuditRequest,
-    walk: _Walk,
-    budget: Budget,
-    sleeper: Sleeper | None,
-) -> ProviderResult:
-    config = adapter.config
-    send(
-        before_provider_call,
-        request_id=walk.request_id,
-        provider=config.name,
-        model=config.model,
-        task=request.task,
-    )
-    if sleeper is None:
-        result = call_with_retries(adapter, request, budget=budget)
-    else:
-        result = call_with_retries(adapter, request, budget=budget, sleeper=sleeper)
-    breaker.observe(config, result)
-    send(after_provider_result, request_id=walk.request_id, provider=config.name, result=result)
-    return result
-
-
 def _attempt_record(result: ProviderResult, *, served: bool) -> dict[str, object]:
     err = result.error
     return {
@@ -257,6 +254,179 @@ def _skip_result(name: str, model: str, reason: str) -> ProviderResult:
     )
 
 
+def _advances(result: ProviderResult) -> bool:
+    if result.error is None:
+        return True
+    if result.error.transient:
+        return True
+    return result.error.category == "context_length"
+
+
+AttemptFn = Callable[[BaseProvider], ProviderResult]
+
+
+class _Session:
+    """One routed request: its plan, walk, budget; shared by route() and route_stream()."""
+
+    def __init__(
+        self, request: AuditRequest, *, request_id: str | None, sleeper: Sleeper | None
+    ) -> None:
+        self.started = time.perf_counter()
+        self.request = request
+        self.sleeper = sleeper
+        self.walk = _Walk(request_id=request_id or str(uuid.uuid4()))
+        self.plan = resolve(request)
+        self.rows = {p.name: p for p in Provider.objects.filter(name__in=self.plan.names)}
+        self.budget = Budget(
+            deadline_s=float(routing_settings.REQUEST_DEADLINE_S),
+            max_attempts=int(routing_settings.MAX_ATTEMPTS),
+        )
+
+    @property
+    def request_id(self) -> str:
+        return self.walk.request_id
+
+    def call(
+        self,
+        adapter: BaseProvider,
+        request: AuditRequest | None = None,
+        invoke: Invoke | None = None,
+    ) -> ProviderResult:
+        """One candidate through the retry layer, with hooks and breaker bookkeeping."""
+        request = request or self.request
+        config = adapter.config
+        send(
+            before_provider_call,
+            request_id=self.request_id,
+            provider=config.name,
+            model=config.model,
+            task=request.task,
+        )
+        kwargs: dict[str, object] = {"budget": self.budget, "invoke": invoke}
+        if self.sleeper is not None:
+            kwargs["sleeper"] = self.sleeper
+        result = call_with_retries(adapter, request, **kwargs)  # type: ignore[arg-type]
+        breaker.observe(config, result)
+        send(after_provider_result, request_id=self.request_id, provider=config.name, result=result)
+        return result
+
+    def run(self, attempt: AttemptFn) -> tuple[ProviderResult, str | None]:
+        if self.plan.router_mode == "forced":
+            return self._forced(attempt)
+        return self._walk_chain(attempt)
+
+    def _forced(self, attempt: AttemptFn) -> tuple[ProviderResult, str | None]:
+        """Exactly the forced provider: no skipping, no mock substitution."""
+        request = self.request
+        name = self.plan.names[0]
+        row = self.rows.get(name)
+        adapter = _adapter_for(name, "", row)
+        reason: str | None = None
+        if name != MOCK_PROVIDER_NAME:
+            if row is None or adapter is None:
+                reason = "unknown_provider"
+            elif not row.enabled:
+                reason = "disabled"
+            elif adapter.requires_key and not row.key_present:
+                reason = "missing_key"
+            elif request.response_schema is not None and not adapter.supports("structured_output"):
+                reason = "unsupported"
+            elif request.stream and not adapter.supports("streaming"):
+                reason = "unsupported"
+        if reason is not None or adapter is None:
+            reason = reason or "unknown_provider"
+            model = row.model if row else ""
+            self.walk.add(provider=name, model=model, outcome="skipped", reason=reason)
+            return _skip_result(name, model, reason), None
+        result = attempt(adapter)
+        self.walk.add(**_attempt_record(result, served=result.ok))
+        return result, None
+
+    def _walk_chain(self, attempt: AttemptFn) -> tuple[ProviderResult, str | None]:
+        plan, walk = self.plan, self.walk
+        first_reason: str | None = None
+        any_attempted = False
+        for position, (name, model) in enumerate(plan.candidates):
+            row = self.rows.get(name)
+            adapter = _adapter_for(name, model, row)
+            reason = _skip_reason(name, row, adapter, self.request)
+            if reason is not None:
+                shown_model = model or (row.model if row else "")
+                walk.add(provider=name, model=shown_model, outcome="skipped", reason=reason)
+                first_reason = first_reason or reason
+                send(on_provider_fallback, request_id=walk.request_id, provider=name, reason=reason)
+                continue
+            assert adapter is not None  # _skip_reason returns a reason when it is None
+            is_backstop = name == MOCK_PROVIDER_NAME and position == len(plan.candidates) - 1
+            result = attempt(adapter)
+            if result.ok:
+                walk.add(**_attempt_record(result, served=True))
+                if position == 0 and plan.configured:
+                    return result, None
+                if is_backstop and any_attempted:
+                    return result, "chain_exhausted"
+                return result, first_reason or ("no_chain" if not plan.configured else None)
+            any_attempted = True
+            walk.add(**_attempt_record(result, served=False))
+            category = result.error.category if result.error else "response"
+            first_reason = first_reason or category
+            if not _advances(result):
+                return result, first_reason if position > 0 else None
+            send(on_provider_fallback, request_id=walk.request_id, provider=name, reason=category)
+        # Only reachable if the mock backstop itself failed (a broken custom mock kind).
+        exc = ResponseError("Every candidate failed, the mock backstop included.")
+        last = walk.attempts[-1] if walk.attempts else None
+        return (
+            ProviderResult(
+                provider=last.provider if last else MOCK_PROVIDER_NAME,
+                model=last.model if last else "",
+                mode="error",
+                status="error",
+                error=exc.to_info(),
+            ),
+            "chain_exhausted",
+        )
+
+    def finish(
+        self, final: ProviderResult, fallback_reason: str | None, *, persist: bool
+    ) -> RoutingResult:
+        plan = self.plan
+        metadata = RoutingMetadata(
+            request_id=self.request_id,
+            router_mode=plan.router_mode,
+            route=self.request.route,
+            rule=plan.rule,
+            chain_name=plan.chain_name,
+            requested_provider=plan.requested_provider,
+            selected_provider=final.provider,
+            chain=plan.names,
+            attempts=tuple(self.walk.attempts),
+            fallback_used=fallback_reason is not None,
+            fallback_reason=fallback_reason,
+        )
+        routed = RoutingResult(
+            request_id=self.request_id,
+            result=final,
+            metadata=metadata,
+            total_latency_ms=(time.perf_counter() - self.started) * 1000,
+        )
+        if persist:
+            try:
+                record(self.request, routed)
+            except Exception:
+                logger.exception("Could not record routing decision %s", self.request_id)
+        logger.info(
+            "routed request_id=%s task=%s mode=%s selected=%s status=%s fallback=%s",
+            self.request_id,
+            self.request.task,
+            plan.router_mode,
+            final.provider,
+            final.status,
+            fallback_reason,
+        )
+        return routed
+
+
 def route(
     request: AuditRequest,
     *,
@@ -265,145 +435,209 @@ def route(
     persist: bool = True,
 ) -> RoutingResult:
     """Route one request and record it. Never raises on a well-formed request."""
-    started = time.perf_counter()
-    walk = _Walk(request_id=request_id or str(uuid.uuid4()))
-    plan = resolve(request)
-    rows = {p.name: p for p in Provider.objects.filter(name__in=plan.names)}
-    budget = Budget(
-        deadline_s=float(routing_settings.REQUEST_DEADLINE_S),
-        max_attempts=int(routing_settings.MAX_ATTEMPTS),
-    )
-    if plan.router_mode == "forced":
-        final, fallback_reason = _route_forced(plan, rows, request, walk, budget, sleeper)
+    session = _Session(request, request_id=request_id, sleeper=sleeper)
+    final, fallback_reason = session.run(session.call)
+    return session.finish(final, fallback_reason, persist=persist)
+
+
+# --- streaming ----------------------------------------------------------------------
+
+#: direct: fail over only before the first chunk; after it, an error event.
+#: atomic: buffer the whole answer, then stream it (any failure can still fail over).
+#: continuation: after a mid-stream failure, a later candidate declaring prefill
+#: support continues the delivered text.
+STREAM_MODES = ("direct", "atomic", "continuation")
+
+
+def route_stream(
+    request: AuditRequest,
+    *,
+    request_id: str | None = None,
+    sleeper: Sleeper | None = None,
+    persist: bool = True,
+    stream_mode: str | None = None,
+) -> Iterator[RouterStreamEvent]:
+    """Route one request as a stream of StreamChunk events ending in exactly one
+    StreamResult (complete answer, or a pre-commit error result) or StreamFailure
+    (a failure after text was delivered: ``partial`` is true, nothing is replayed).
+
+    The commit point is the first chunk handed to the caller: before it, every failure
+    may fail over; after it, only the ``continuation`` mode may, and only to a
+    provider that declares prefill support.
+    """
+    session = _Session(request, request_id=request_id, sleeper=sleeper)
+    mode = stream_mode or session.plan.stream_mode
+    live: dict[str, tuple[Iterator[StreamEvent], list[StreamEvent]]] = {}
+
+    def opener(req: AuditRequest, buffer_all: bool) -> Callable[[BaseProvider], ProviderResult]:
+        def attempt(adapter: BaseProvider) -> ProviderResult:
+            def invoke(api_key: str | None, timeout: float) -> ProviderResult:
+                events = adapter.stream(req, api_key=api_key, timeout=timeout)
+                head: list[StreamEvent] = []
+                for event in events:  # failures here are pre-commit: they fail over
+                    head.append(event)
+                    if isinstance(event, StreamEnd) or (
+                        not buffer_all and isinstance(event, StreamDelta) and event.text
+                    ):
+                        break
+                if not head or (buffer_all and not isinstance(head[-1], StreamEnd)):
+                    raise ResponseError("The stream ended before it finished.")
+                live[adapter.config.name] = (events, head)
+                return ProviderResult(
+                    provider=adapter.config.name,
+                    model=adapter.config.model,
+                    mode=adapter.result_mode,  # type: ignore[arg-type]
+                    status="ok",
+                )
+
+            return session.call(adapter, req, invoke)
+
+        return attempt
+
+    final, fallback_reason = session.run(opener(request, mode == "atomic"))
+    if not final.ok or final.provider not in live:
+        yield StreamResult(session.finish(final, fallback_reason, persist=persist))
+        return
+
+    delivered: list[str] = []
+    outcome = _StreamOutcome()
+    try:
+        yield from _pump(live.pop(final.provider), delivered, outcome, session.walk.attempts[-1])
+        if outcome.failure is not None and mode == "continuation" and delivered:
+            yield from _continue(session, opener, live, delivered, outcome)
+    except GeneratorExit:
+        outcome.failure = ResponseError("The client went away mid-stream.")
+        outcome.failure.category = "client_disconnected"
+        raise
+    finally:
+        routed = _finish_stream(session, final, fallback_reason, delivered, outcome, persist)
+    if outcome.failure is None:
+        yield StreamResult(routed)
     else:
-        final, fallback_reason = _walk(plan, rows, request, walk, budget, sleeper)
+        info = (outcome.original or outcome.failure).to_info()
+        yield StreamFailure(error=info, partial=bool(delivered), routed=routed)
 
-    served = next((a for a in walk.attempts if a.served), None)
-    metadata = RoutingMetadata(
-        request_id=walk.request_id,
-        router_mode=plan.router_mode,
-        route=request.route,
-        rule=plan.rule,
-        chain_name=plan.chain_name,
-        requested_provider=plan.requested_provider,
-        selected_provider=final.provider,
-        chain=plan.names,
-        attempts=tuple(walk.attempts),
-        fallback_used=fallback_reason is not None,
-        fallback_reason=fallback_reason,
+
+@dataclass
+class _StreamOutcome:
+    end: StreamEnd | None = None
+    failure: ProviderError | None = None
+    original: ProviderError | None = None  # the first mid-stream failure (continuation)
+    served_by: str | None = None
+
+
+def _pump(
+    source: tuple[Iterator[StreamEvent], list[StreamEvent]],
+    delivered: list[str],
+    outcome: _StreamOutcome,
+    served: AttemptRecord,
+) -> Iterator[StreamChunk]:
+    events, head = source
+    outcome.end, outcome.failure = None, None
+    try:
+        for event in itertools.chain(head, events):
+            if isinstance(event, StreamEnd):
+                outcome.end = event
+                break
+            if event.text:
+                delivered.append(event.text)
+                yield StreamChunk(event.text, provider=served.provider, model=served.model)
+        if outcome.end is None:
+            outcome.failure = ResponseError("The stream was cut before it finished.")
+    except ProviderError as exc:
+        outcome.failure = exc
+    except Exception as exc:
+        logger.exception("Stream adapter raised %s", type(exc).__name__)
+        outcome.failure = ResponseError(f"The stream failed ({type(exc).__name__}).")
+
+
+def _continue(
+    session: _Session,
+    opener: Callable[[AuditRequest, bool], Callable[[BaseProvider], ProviderResult]],
+    live: dict[str, tuple[Iterator[StreamEvent], list[StreamEvent]]],
+    delivered: list[str],
+    outcome: _StreamOutcome,
+) -> Iterator[StreamChunk]:
+    """Mid-stream failure in continuation mode: one later candidate with prefill
+    support continues the delivered text. A fallback that fails (or rejects the
+    prefill) never masks the original failure."""
+    original = outcome.failure
+    assert original is not None
+    served = session.walk.attempts[-1]
+    session.walk.attempts[-1] = replace(
+        served,
+        outcome="error",
+        served=False,
+        partial=True,
+        reason=original.category,
+        error_category=original.category,
+        http_status=original.http_status,
+        transient=original.transient,
     )
-    routed = RoutingResult(
-        request_id=walk.request_id,
-        result=final,
-        metadata=metadata,
-        total_latency_ms=(time.perf_counter() - started) * 1000,
-    )
-    if persist:
-        try:
-            record(request, routed)
-        except Exception:
-            logger.exception("Could not record routing decision %s", walk.request_id)
-    logger.info(
-        "routed request_id=%s task=%s mode=%s selected=%s served=%s fallback=%s",
-        walk.request_id,
-        request.task,
-        plan.router_mode,
-        final.provider,
-        served.provider if served else None,
-        fallback_reason,
-    )
-    return routed
-
-
-def _route_forced(
-    plan: Plan,
-    rows: dict[str, Provider],
-    request: AuditRequest,
-    walk: _Walk,
-    budget: Budget,
-    sleeper: Sleeper | None,
-) -> tuple[ProviderResult, str | None]:
-    """Exactly the forced provider: no skipping, no mock substitution."""
-    name = plan.names[0]
-    row = rows.get(name)
-    adapter = _adapter_for(name, "", row)
-    reason: str | None = None
-    if name != MOCK_PROVIDER_NAME:
-        if row is None or adapter is None:
-            reason = "unknown_provider"
-        elif not row.enabled:
-            reason = "disabled"
-        elif adapter.requires_key and not row.key_present:
-            reason = "missing_key"
-        elif request.response_schema is not None and not adapter.supports("structured_output"):
-            reason = "unsupported"
-        elif request.stream and not adapter.supports("streaming"):
-            reason = "unsupported"
-    if reason is not None or adapter is None:
-        reason = reason or "unknown_provider"
-        model = row.model if row else ""
-        walk.add(provider=name, model=model, outcome="skipped", reason=reason)
-        return _skip_result(name, model, reason), None
-    result = _call(adapter, request, walk, budget, sleeper)
-    walk.add(**_attempt_record(result, served=result.ok))
-    return result, None
-
-
-def _walk(
-    plan: Plan,
-    rows: dict[str, Provider],
-    request: AuditRequest,
-    walk: _Walk,
-    budget: Budget,
-    sleeper: Sleeper | None,
-) -> tuple[ProviderResult, str | None]:
-    first_reason: str | None = None
-    any_attempted = False
-    for position, (name, model) in enumerate(plan.candidates):
-        row = rows.get(name)
-        adapter = _adapter_for(name, model, row)
-        reason = _skip_reason(name, row, adapter, request)
-        if reason is not None:
-            shown_model = model or (row.model if row else "")
-            walk.add(provider=name, model=shown_model, outcome="skipped", reason=reason)
-            first_reason = first_reason or reason
-            send(on_provider_fallback, request_id=walk.request_id, provider=name, reason=reason)
+    names = session.plan.names
+    after = names[names.index(served.provider) + 1 :] if served.provider in names else ()
+    request = replace(session.request, prefill="".join(delivered))
+    for name in after:
+        row = session.rows.get(name)
+        adapter = _adapter_for(name, "", row)
+        if row is None or adapter is None or not row.supports_prefill:
             continue
-        assert adapter is not None  # _skip_reason returns a reason when it is None
-        is_backstop = name == MOCK_PROVIDER_NAME and position == len(plan.candidates) - 1
-        result = _call(adapter, request, walk, budget, sleeper)
-        if result.ok:
-            walk.add(**_attempt_record(result, served=True))
-            if position == 0 and plan.configured:
-                return result, None
-            if is_backstop and any_attempted:
-                return result, "chain_exhausted"
-            return result, first_reason or ("no_chain" if not plan.configured else None)
-        any_attempted = True
-        walk.add(**_attempt_record(result, served=False))
-        category = result.error.category if result.error else "response"
-        first_reason = first_reason or category
-        if not _advances(result):
-            return result, first_reason if position > 0 else None
-        send(on_provider_fallback, request_id=walk.request_id, provider=name, reason=category)
-    # Only reachable if the mock backstop itself failed (a broken custom mock kind).
-    exc = ResponseError("Every candidate failed, the mock backstop included.")
-    last = walk.attempts[-1] if walk.attempts else None
-    return (
-        ProviderResult(
-            provider=last.provider if last else MOCK_PROVIDER_NAME,
-            model=last.model if last else "",
-            mode="error",
-            status="error",
-            error=exc.to_info(),
-        ),
-        "chain_exhausted",
-    )
+        if _skip_reason(name, row, adapter, session.request) is not None:
+            continue
+        result = opener(request, False)(adapter)
+        session.walk.add(**_attempt_record(result, served=result.ok))
+        if not result.ok or name not in live:
+            break
+        yield from _pump(live.pop(name), delivered, outcome, session.walk.attempts[-1])
+        if outcome.failure is None:
+            outcome.served_by = name
+            return
+        break
+    outcome.original = original
+    outcome.failure = outcome.failure or original
 
 
-def _advances(result: ProviderResult) -> bool:
-    if result.error is None:
-        return True
-    if result.error.transient:
-        return True
-    return result.error.category == "context_length"
+def _finish_stream(
+    session: _Session,
+    final: ProviderResult,
+    fallback_reason: str | None,
+    delivered: list[str],
+    outcome: _StreamOutcome,
+    persist: bool,
+) -> RoutingResult:
+    attempts = session.walk.attempts
+    last = attempts[-1]
+    failure = outcome.failure
+    if failure is not None and not last.partial:
+        attempts[-1] = replace(
+            last,
+            outcome="error",
+            served=False,
+            partial=bool(delivered),
+            reason=failure.category,
+            error_category=failure.category,
+            http_status=failure.http_status,
+            transient=failure.transient,
+        )
+    end = outcome.end
+    provider = outcome.served_by or final.provider
+    if failure is None:
+        result = replace(
+            final,
+            provider=provider,
+            model=(end.model if end and end.model else attempts[-1].model),
+            output="".join(delivered),
+            usage=(end.usage if end and end.usage else final.usage),
+            finish_reason=end.finish_reason if end else None,
+        )
+        if outcome.served_by:
+            fallback_reason = fallback_reason or "continuation"
+    else:
+        error = (outcome.original or failure).to_info()
+        result = replace(
+            final, mode="error", status="error", output="".join(delivered), error=error
+        )
+        adapter_row = session.rows.get(final.provider)
+        if adapter_row is not None:
+            breaker.observe(adapter_row.to_config(), result)
+    return session.finish(result, fallback_reason, persist=persist)

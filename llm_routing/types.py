@@ -18,8 +18,15 @@ __all__ = [
     "ErrorInfo",
     "ProviderConfig",
     "ProviderResult",
+    "RouterStreamEvent",
     "RoutingMetadata",
     "RoutingResult",
+    "StreamChunk",
+    "StreamDelta",
+    "StreamEnd",
+    "StreamEvent",
+    "StreamFailure",
+    "StreamResult",
     "Usage",
 ]
 
@@ -41,9 +48,17 @@ class AuditRequest:
     provider: str | None = None
     route: str | None = None
     force_provider: str | None = None
+    # A chain chosen by name (the OpenAI-compatible face's ``model``), instead of rules.
+    chain: str | None = None
     response_schema: Mapping[str, Any] | None = None
     metadata: Mapping[str, str] = field(default_factory=dict)
     stream: bool = False
+    # Continuation streaming: text already delivered, sent as a trailing assistant
+    # message so the fallback continues it (only to providers declaring prefill).
+    prefill: str = ""
+    # Passed through by the OpenAI-compatible face (None: the provider's default).
+    temperature: float | None = None
+    max_tokens: int | None = None
 
     @property
     def input_length(self) -> int:
@@ -87,6 +102,25 @@ class Usage:
 
     def to_dict(self) -> dict[str, int]:
         return {"input_tokens": self.input_tokens, "output_tokens": self.output_tokens}
+
+
+@dataclass(frozen=True, slots=True)
+class StreamDelta:
+    """A piece of answer text from a streaming adapter."""
+
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class StreamEnd:
+    """The clean end of a stream (finish reason seen and the body closed)."""
+
+    finish_reason: str | None = None
+    usage: Usage | None = None
+    model: str | None = None
+
+
+StreamEvent = StreamDelta | StreamEnd
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,3 +267,31 @@ class RoutingResult:
             "routing_metadata": meta,
             "diagnostics": dict(meta),
         }
+
+
+@dataclass(frozen=True, slots=True)
+class StreamChunk:
+    """Text handed to the caller (after the commit point it is never replayed)."""
+
+    text: str
+    provider: str = ""
+    model: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class StreamResult:
+    """The stream's clean end: the complete envelope (or a pre-commit error result)."""
+
+    routed: RoutingResult
+
+
+@dataclass(frozen=True, slots=True)
+class StreamFailure:
+    """A failure after text was delivered: the stream ends with this, never cleanly."""
+
+    error: ErrorInfo
+    partial: bool
+    routed: RoutingResult
+
+
+RouterStreamEvent = StreamChunk | StreamResult | StreamFailure

@@ -135,3 +135,10 @@ def test_async_false_still_answers_200(alice: Any) -> None:
     response = _client(alice).post("/audit/", {**BODY, "async": False}, format="json")
     assert response.status_code == 200
     assert not AuditJob.objects.exists()
+
+
+def test_async_and_stream_together_are_refused(alice: Any) -> None:
+    response = _client(alice).post("/audit/", {**BODY, "stream": True}, format="json")
+    assert response.status_code == 400
+    assert response.json() == {"async": ["Use either stream or async, not both."]}
+    assert not AuditJob.objects.exists()

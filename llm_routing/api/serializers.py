@@ -30,6 +30,22 @@ def _reject_bad_text(value: str) -> str:
     return value
 
 
+class StrictCharField(serializers.CharField):
+    """A CharField that refuses numbers and booleans instead of coercing them."""
+
+    def to_internal_value(self, data: Any) -> str:
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return str(super().to_internal_value(data))
+
+
+class StrictRegexField(serializers.RegexField):
+    def to_internal_value(self, data: Any) -> str:
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return str(super().to_internal_value(data))
+
+
 @extend_schema_field({"type": "object", "additionalProperties": {"type": "string"}})
 class StrictStringMapField(serializers.Field):
     """A flat ``{str: str}`` object with bounded size; no coercion of numbers."""
@@ -65,14 +81,14 @@ class StrictStringMapField(serializers.Field):
 
 
 class AuditRequestSerializer(serializers.Serializer):
-    task = serializers.RegexField(SLUG_RE, max_length=64)
-    instructions = serializers.CharField(
+    task = StrictRegexField(SLUG_RE, max_length=64)
+    instructions = StrictCharField(
         required=False, allow_blank=True, default="", trim_whitespace=False
     )
-    input_text = serializers.CharField(trim_whitespace=False)
-    provider = serializers.RegexField(SLUG_RE, max_length=64, required=False, allow_null=True)
-    route = serializers.RegexField(SLUG_RE, max_length=64, required=False, allow_null=True)
-    force_provider = serializers.RegexField(SLUG_RE, max_length=64, required=False, allow_null=True)
+    input_text = StrictCharField(trim_whitespace=False)
+    provider = StrictRegexField(SLUG_RE, max_length=64, required=False, allow_null=True)
+    route = StrictRegexField(SLUG_RE, max_length=64, required=False, allow_null=True)
+    force_provider = StrictRegexField(SLUG_RE, max_length=64, required=False, allow_null=True)
     response_schema = serializers.JSONField(required=False, allow_null=True)
     metadata = StrictStringMapField(required=False, default=dict)
     stream = serializers.BooleanField(required=False, default=False)
@@ -124,12 +140,9 @@ class AuditRequestSerializer(serializers.Serializer):
             raise serializers.ValidationError(f"Not a valid JSON Schema: {exc.message}") from None
         return value
 
-    def validate_stream(self, value: bool) -> bool:
-        if value:
-            raise serializers.ValidationError("Streaming is not available in this version.")
-        return value
-
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if attrs.get("async") and attrs.get("stream"):
+            raise serializers.ValidationError({"async": ["Use either stream or async, not both."]})
         if attrs.get("force_provider") and attrs.get("provider"):
             raise serializers.ValidationError(
                 {"force_provider": ["Use either provider or force_provider, not both."]}

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
+from django.http import StreamingHttpResponse
 from django.utils.module_loading import import_string
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import serializers
@@ -16,9 +18,11 @@ from rest_framework.views import APIView
 
 from ..conf import routing_settings
 from ..models import Provider
-from ..router import route
+from ..router import route, route_stream
+from ..types import AuditRequest, StreamChunk, StreamFailure, StreamResult
 from .parsers import LimitedJSONParser
 from .serializers import AuditRequestSerializer, AuditResponseSerializer
+from .sse import SSE_HEADERS, sse
 
 __all__ = ["AuditView", "HealthView"]
 
@@ -52,15 +56,42 @@ class AuditView(RoutingAPIView):
         },
         summary="Route one LLM request through the provider chain",
     )
-    def post(self, request: Request) -> Response:
+    def post(self, request: Request) -> Response | StreamingHttpResponse:
         serializer = AuditRequestSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         if serializer.validated_data.get("async"):
             from .job_views import submit_job
 
             return submit_job(request, serializer.validated_data)
-        routed = route(serializer.to_request())
+        audit_request = serializer.to_request()
+        if audit_request.stream:
+            response = StreamingHttpResponse(
+                _audit_events(audit_request), content_type="text/event-stream"
+            )
+            for name, value in SSE_HEADERS.items():
+                response[name] = value
+            return response
+        routed = route(audit_request)
         return Response(routed.to_dict(), headers={"X-Request-ID": routed.request_id})
+
+
+def _audit_events(audit_request: AuditRequest) -> Iterator[bytes]:
+    """``chunk`` (text delta) … then ``result`` (the envelope) or ``error``."""
+    for event in route_stream(audit_request):
+        if isinstance(event, StreamChunk):
+            yield sse({"text": event.text}, event="chunk")
+        elif isinstance(event, StreamResult):
+            yield sse(event.routed.to_dict(), event="result")
+        elif isinstance(event, StreamFailure):
+            yield sse(
+                {
+                    "request_id": event.routed.request_id,
+                    "category": event.error.category,
+                    "message": event.error.message,
+                    "partial": event.partial,
+                },
+                event="error",
+            )
 
 
 class ProviderHealthSerializer(serializers.Serializer):

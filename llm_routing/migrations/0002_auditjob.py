@@ -9,7 +9,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('llm_routing', '0001_initial'),
+        ('llm_routing', '0002_chain_stream_mode'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 

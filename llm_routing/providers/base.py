@@ -14,11 +14,19 @@ from __future__ import annotations
 
 import os
 from abc import ABC, abstractmethod
+from collections.abc import Iterator
 from typing import ClassVar
 
 from django.views.decorators.debug import sensitive_variables
 
-from ..types import AuditRequest, ProviderConfig, ProviderResult
+from ..types import (
+    AuditRequest,
+    ProviderConfig,
+    ProviderResult,
+    StreamDelta,
+    StreamEnd,
+    StreamEvent,
+)
 
 __all__ = ["CAPABILITIES", "BaseProvider", "read_api_key"]
 
@@ -55,6 +63,20 @@ class BaseProvider(ABC):
         self, request: AuditRequest, *, api_key: str | None, timeout: float
     ) -> ProviderResult:
         """Call the upstream once. Raise a ProviderError subclass on failure."""
+
+    def stream(
+        self, request: AuditRequest, *, api_key: str | None, timeout: float
+    ) -> Iterator[StreamEvent]:
+        """Yield StreamDelta events, then one StreamEnd; raise a ProviderError on failure.
+
+        ``timeout`` bounds the whole stream; adapters that stream natively also enforce
+        ``config.first_token_timeout_s`` before the first delta and an idle timeout
+        between events. This default answers in one piece through :meth:`complete`.
+        """
+        result = self.complete(request, api_key=api_key, timeout=timeout)
+        if result.output:
+            yield StreamDelta(result.output)
+        yield StreamEnd(finish_reason=result.finish_reason, usage=result.usage, model=result.model)
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release pooled resources (HTTP clients)."""

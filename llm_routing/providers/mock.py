@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any, ClassVar
 
 from ..conf import routing_settings
-from ..types import AuditRequest, ProviderResult, Usage
+from ..types import AuditRequest, ProviderResult, StreamDelta, StreamEnd, StreamEvent, Usage
 from .base import BaseProvider
 
 __all__ = ["MockProvider", "instance_from_schema"]
@@ -76,6 +77,15 @@ class MockProvider(BaseProvider):
     def supports(self, capability: str) -> bool:
         return capability in {"structured_output", "streaming"}
 
+    def stream(
+        self, request: AuditRequest, *, api_key: str | None, timeout: float
+    ) -> Iterator[StreamEvent]:
+        """The same output as :meth:`complete`, a word at a time."""
+        result = self.complete(request, api_key=api_key, timeout=timeout)
+        for piece in re.findall(r"\S+\s*", result.output):
+            yield StreamDelta(piece)
+        yield StreamEnd(finish_reason="stop", usage=result.usage, model=result.model)
+
     def complete(
         self, request: AuditRequest, *, api_key: str | None, timeout: float
     ) -> ProviderResult:
@@ -85,11 +95,18 @@ class MockProvider(BaseProvider):
             f"[mock] {request.task}: deterministic mock answer {digest[:16]} "
             f"for {len(request.input_text)} characters of input."
         )
-        data = (
-            instance_from_schema(request.response_schema)
-            if request.response_schema is not None
-            else None
-        )
+        data = None
+        if request.response_schema is not None:
+            # Structured output: like the vendors, the text is the JSON document.
+            data = instance_from_schema(request.response_schema)
+            output = json.dumps(data, sort_keys=True)
+        if request.prefill:
+            # Continuation: only what follows the delivered text.
+            output = (
+                output[len(request.prefill) :]
+                if output.startswith(request.prefill)
+                else (f" [mock continuation {digest[:8]}]")
+            )
         model = self.config.model or routing_settings.MOCK_MODEL
         return ProviderResult(
             provider=self.config.name,

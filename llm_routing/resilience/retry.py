@@ -28,6 +28,7 @@ __all__ = ["backoff_delay", "call_with_retries", "error_result"]
 logger = logging.getLogger("llm_routing.retry")
 
 Sleeper = Callable[[float], None]
+Invoke = Callable[[str | None, float], ProviderResult]
 
 
 def backoff_delay(retry_number: int, *, rng: Callable[[], float] = random.random) -> float:
@@ -65,8 +66,16 @@ def call_with_retries(
     budget: Budget,
     sleeper: Sleeper = time.sleep,
     rng: Callable[[], float] = random.random,
+    invoke: Invoke | None = None,
 ) -> ProviderResult:
+    """Call ``adapter.complete`` (or ``invoke(api_key, timeout)``, e.g. opening a stream
+    and reading its first chunk) with same-provider retries."""
     config = adapter.config
+    if invoke is None:
+
+        def invoke(api_key: str | None, timeout: float) -> ProviderResult:
+            return adapter.complete(request, api_key=api_key, timeout=timeout)
+
     started = time.perf_counter()
     retries = 0
     upstream = 0
@@ -87,9 +96,7 @@ def call_with_retries(
         upstream += 1
         api_key = read_api_key(config.api_key_env) if adapter.requires_key else None
         try:
-            result = adapter.complete(
-                request, api_key=api_key, timeout=budget.timeout_for(config.timeout_s)
-            )
+            result = invoke(api_key, budget.timeout_for(config.timeout_s))
         except ProviderError as err:
             exc = err
         except Exception as err:  # an adapter bug must not escape the router

@@ -1,0 +1,145 @@
+"""Shared fixtures: users, API clients, provider rows and test adapter kinds."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any, ClassVar
+
+import pytest
+from rest_framework.authtoken.models import Token
+from rest_framework.test import APIClient
+
+from llm_routing.errors import ProviderError
+from llm_routing.models import Chain, ChainEntry, Provider
+from llm_routing.providers import registry
+from llm_routing.providers.base import BaseProvider
+from llm_routing.types import (
+    AuditRequest,
+    ProviderResult,
+    StreamDelta,
+    StreamEnd,
+    StreamEvent,
+    Usage,
+)
+
+
+class ScriptedProvider(BaseProvider):
+    """A custom adapter kind (registered like any host project's kind) whose answers
+    come from a per-provider script; used to drive the router's walk in tests."""
+
+    kind: ClassVar[str] = "scripted"
+    requires_key: ClassVar[bool] = True
+    scripts: ClassVar[dict[str, list[Any]]] = {}
+    calls: ClassVar[list[tuple[str, str | None]]] = []
+    # name -> list of streams; each stream a list of str (a delta), "END" or an exception
+    streams: ClassVar[dict[str, list[list[Any]]]] = {}
+    prefills: ClassVar[list[tuple[str, str]]] = []
+
+    def stream(
+        self, request: AuditRequest, *, api_key: str | None, timeout: float
+    ) -> Iterator[StreamEvent]:
+        type(self).calls.append((self.config.name, api_key))
+        type(self).prefills.append((self.config.name, request.prefill))
+        queue = type(self).streams.get(self.config.name) or [["answer ", "END"]]
+        steps = queue.pop(0) if len(queue) > 1 else queue[0]
+        for step in steps:
+            if isinstance(step, BaseException):
+                raise step
+            if step == "END":
+                yield StreamEnd(
+                    finish_reason="stop", usage=Usage(input_tokens=2, output_tokens=len(steps))
+                )
+                return
+            yield StreamDelta(step)
+
+    def complete(
+        self, request: AuditRequest, *, api_key: str | None, timeout: float
+    ) -> ProviderResult:
+        type(self).calls.append((self.config.name, api_key))
+        script = type(self).scripts.get(self.config.name) or ["ok"]
+        step = script.pop(0) if len(script) > 1 else script[0]
+        if isinstance(step, BaseException):
+            raise step
+        return ProviderResult(
+            provider=self.config.name,
+            model=self.config.model,
+            mode="live",
+            status="ok",
+            output=f"answer from {self.config.name}",
+            usage=Usage(input_tokens=3, output_tokens=4),
+        )
+
+
+class KeylessScriptedProvider(ScriptedProvider):
+    kind: ClassVar[str] = "scripted_keyless"
+    requires_key: ClassVar[bool] = False
+
+
+@pytest.fixture
+def scripted() -> Iterator[type[ScriptedProvider]]:
+    registry.register("scripted", ScriptedProvider)
+    registry.register("scripted_keyless", KeylessScriptedProvider)
+    ScriptedProvider.scripts = {}
+    ScriptedProvider.calls = []
+    ScriptedProvider.streams = {}
+    ScriptedProvider.prefills = []
+    yield ScriptedProvider
+    registry.clear_adapter_cache()
+
+
+@pytest.fixture
+def key_env(monkeypatch: pytest.MonkeyPatch) -> str:
+    """A canary key value set in TEST_PROVIDER_KEY."""
+    value = "sk-canary-KEY-0f1e2d3c4b5a69788796a5b4c3d2e1f0"
+    monkeypatch.setenv("TEST_PROVIDER_KEY", value)
+    return value
+
+
+def make_provider(name: str, *, kind: str = "scripted", **fields: Any) -> Provider:
+    fields.setdefault("model", f"{name}-model")
+    fields.setdefault("api_key_env", "TEST_PROVIDER_KEY" if kind.startswith("scripted") else "")
+    return Provider.objects.create(name=name, kind=kind, **fields)
+
+
+def make_chain(name: str, providers: list[Provider], *, is_default: bool = False) -> Chain:
+    chain = Chain.objects.create(name=name, is_default=is_default)
+    for position, provider in enumerate(providers):
+        ChainEntry.objects.create(chain=chain, provider=provider, position=position)
+    return chain
+
+
+@pytest.fixture
+def user(django_user_model: Any) -> Any:
+    return django_user_model.objects.create_user(username="alice", password="pw-alice-123")
+
+
+@pytest.fixture
+def api(user: Any) -> APIClient:
+    client = APIClient()
+    token = Token.objects.create(user=user)
+    client.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
+    return client
+
+
+@pytest.fixture
+def anon() -> APIClient:
+    return APIClient()
+
+
+@pytest.fixture(autouse=True)
+def _clear_cache() -> Iterator[None]:
+    from django.core.cache import caches
+
+    for alias in caches:
+        caches[alias].clear()
+    yield
+    registry.clear_adapter_cache()
+
+
+__all__ = [
+    "KeylessScriptedProvider",
+    "ProviderError",
+    "ScriptedProvider",
+    "make_chain",
+    "make_provider",
+]
