@@ -162,6 +162,11 @@ def _request_from_payload(payload: Any) -> AuditRequest:
 
 def run_job(job_id: uuid.UUID | str) -> RunOutcome:
     """Claim, route and finish one job. Safe to call any number of times."""
+    try:
+        job_id = uuid.UUID(str(job_id))
+    except ValueError:
+        logger.warning("audit job id %r is not a UUID; message dropped", str(job_id)[:64])
+        return RunOutcome("missing")
     job, outcome = claim_job(job_id)
     if outcome is not None:
         logger.info("audit job %s not run: %s", job_id, outcome.state)

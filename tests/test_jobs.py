@@ -136,8 +136,12 @@ def test_invalid_payload_fails_the_job(job: AuditJob) -> None:
     assert job.payload is None
 
 
-def test_missing_job(job: AuditJob) -> None:
-    assert jobs.run_job("00000000-0000-0000-0000-000000000000").state == "missing"
+@pytest.mark.parametrize("job_id", ["00000000-0000-0000-0000-000000000000", "not-a-uuid", ""])
+def test_missing_or_malformed_job_id(job: AuditJob, job_id: str) -> None:
+    assert jobs.run_job(job_id).state == "missing"
+    assert run_audit_job.apply(args=[job_id]).get() == "missing"
+    job.refresh_from_db()
+    assert job.status == AuditJob.Status.PENDING
 
 
 def test_unreachable_queue_fails_the_job_clearly(
