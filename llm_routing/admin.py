@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
+import uuid
+from typing import Any, TypeVar
 
-from django.contrib import admin
-from django.db.models import QuerySet
+from django.contrib import admin, messages
+from django.db.models import Model, QuerySet
 from django.http import HttpRequest
 from django.utils.html import format_html
 
@@ -18,12 +19,25 @@ from .models import (
     RoutingDecision,
     RoutingRule,
 )
+from .resilience import breaker
+
+_M = TypeVar("_M", bound=Model)
 
 
 @admin.register(Provider)
 class ProviderAdmin(admin.ModelAdmin):
-    list_display = ["name", "kind", "model", "mode", "enabled", "key_badge", "updated_at"]
+    list_display = [
+        "name",
+        "kind",
+        "model",
+        "mode",
+        "enabled",
+        "key_badge",
+        "circuit",
+        "updated_at",
+    ]
     list_filter = ["kind", "mode", "enabled"]
+    actions = ["reset_circuits"]
     search_fields = ["name", "model"]
     readonly_fields = ["key_badge", "created_at", "updated_at"]
     fieldsets = [
@@ -54,6 +68,36 @@ class ProviderAdmin(admin.ModelAdmin):
         return format_html(
             '<span class="llmr-key llmr-key-missing" title="{}">missing</span>', obj.api_key_env
         )
+
+    @admin.display(description="circuit")
+    def circuit(self, obj: Provider) -> str:
+        """Passive health of the provider's own model, from real calls only."""
+        if obj.pk is None:
+            return "—"
+        circuit = breaker.store.load(obj.name, obj.model)
+        now = breaker.store.clock()
+        phase = circuit.phase(now)
+        detail = []
+        if circuit.failures:
+            detail.append(f"{circuit.failures} consecutive failure(s)")
+        if circuit.last_error_category:
+            status = f" {circuit.last_http_status}" if circuit.last_http_status else ""
+            detail.append(f"last error: {circuit.last_error_category}{status}")
+        if phase == breaker.OPEN and circuit.open_until is not None:
+            detail.append(f"retry in {max(0.0, circuit.open_until - now):.1f}s")
+        return format_html(
+            '<span class="llmr-circuit llmr-circuit-{}" title="{}">{}</span>',
+            phase,
+            "; ".join(detail) or "no failures seen",
+            phase.replace("_", "-"),
+        )
+
+    @admin.action(description="Reset the circuit breaker of the selected providers")
+    def reset_circuits(self, request: HttpRequest, queryset: QuerySet[Provider]) -> None:
+        rows = list(queryset)
+        count = sum(breaker.store.reset_provider(p) for p in rows)
+        message = f"Reset {count} circuit(s) of {len(rows)} provider(s)."
+        self.message_user(request, message, messages.SUCCESS)
 
 
 class ChainEntryInline(admin.TabularInline):
@@ -96,6 +140,21 @@ class RoutingRuleAdmin(admin.ModelAdmin):
     list_editable = ["priority", "enabled"]
     search_fields = ["name", "route", "task_glob"]
     ordering = ["priority", "name"]
+
+
+def _search_by_request_id(
+    queryset: QuerySet[_M], term: str, uuid_field: str, text_field: str
+) -> QuerySet[_M]:
+    """An exact request-id match for a UUID; anything else searches ``text_field``
+    (an exact UUID lookup with a malformed value would raise)."""
+    term = term.strip()
+    if not term:
+        return queryset
+    try:
+        uuid.UUID(term)
+    except ValueError:
+        return queryset.filter(**{f"{text_field}__icontains": term})
+    return queryset.filter(**{uuid_field: term})
 
 
 class ReadOnlyMixin:
@@ -150,14 +209,7 @@ class RoutingDecisionAdmin(ReadOnlyMixin, admin.ModelAdmin):
     def get_search_results(
         self, request: HttpRequest, queryset: QuerySet[RoutingDecision], search_term: str
     ) -> tuple[QuerySet[RoutingDecision], bool]:
-        # An exact UUID lookup with a malformed value would raise; fall back to task search.
-        import uuid
-
-        try:
-            uuid.UUID(search_term.strip())
-        except ValueError:
-            return queryset.filter(task__icontains=search_term.strip()), False
-        return queryset.filter(request_id=search_term.strip()), False
+        return _search_by_request_id(queryset, search_term, "request_id", "task"), False
 
 
 @admin.register(Attempt)
@@ -181,16 +233,10 @@ class AttemptAdmin(ReadOnlyMixin, admin.ModelAdmin):
     def get_search_results(
         self, request: HttpRequest, queryset: QuerySet[Attempt], search_term: str
     ) -> tuple[QuerySet[Attempt], bool]:
-        import uuid
-
-        term = search_term.strip()
-        if not term:
-            return queryset, False
-        try:
-            uuid.UUID(term)
-        except ValueError:
-            return queryset.filter(provider__icontains=term), False
-        return queryset.filter(decision__request_id=term), False
+        return (
+            _search_by_request_id(queryset, search_term, "decision__request_id", "provider"),
+            False,
+        )
 
 
 AUDIT_JOB_FIELDS = (

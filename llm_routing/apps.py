@@ -9,5 +9,9 @@ class LlmRoutingConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        # Wire checks and the settings-reload receiver; nothing else happens at start-up.
+        # Wire checks, the settings-reload receiver and the key-redacting log filter;
+        # nothing else happens at start-up.
         from . import checks, conf  # noqa: F401
+        from .logging import install
+
+        install()

@@ -59,10 +59,28 @@ DEFAULTS: dict[str, Any] = {
     "BACKOFF_MAX_S": 4.0,
     # A Retry-After longer than this is not waited for on the same provider.
     "RETRY_AFTER_CAP_S": 5.0,
+    # Longest wait for a TCP/TLS connection to a provider (also capped by the row's
+    # first_token_timeout_s and by the request-wide deadline).
+    "CONNECT_TIMEOUT_S": 5.0,
     # Largest upstream response body read, in bytes.
     "MAX_RESPONSE_BYTES": 4_194_304,
     # Django cache alias holding circuit state (shared when it is Redis).
     "CACHE_ALIAS": "default",
+    # --- circuit breaker (issue 4) — docs/circuit-breakers.md --------------------------
+    # Consecutive transient failures (calls after retries) that open a circuit.
+    "BREAKER_FAILURE_THRESHOLD": 3,
+    # Cooldown ladder in seconds: the n-th opening in a streak waits the n-th step (the
+    # last step repeats), never longer than BREAKER_COOLDOWN_MAX_S.
+    "BREAKER_COOLDOWNS_S": [1.0, 2.0, 5.0, 10.0],
+    "BREAKER_COOLDOWN_MAX_S": 10.0,
+    # A streak ends (ladder and failure count back to zero) after this long without a
+    # counted failure.
+    "BREAKER_RESET_AFTER_S": 60.0,
+    # A 429 whose Retry-After exceeds RETRY_AFTER_CAP_S opens the circuit for that long,
+    # but never longer than this.
+    "BREAKER_RETRY_AFTER_MAX_S": 300.0,
+    # Lifetime of the single half-open probe slot (at least the provider's timeout_s + 1).
+    "BREAKER_PROBE_TTL_S": 10.0,
     # --- HTTP API --------------------------------------------------------------------
     "API_AUTHENTICATION_CLASSES": [
         "rest_framework.authentication.TokenAuthentication",

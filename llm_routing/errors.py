@@ -86,6 +86,7 @@ class ProviderError(Exception):
             message=scrub(self.message, secrets)[:500],
             http_status=self.http_status,
             transient=self.transient,
+            retry_after_s=self.retry_after,
         )
 
 

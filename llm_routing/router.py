@@ -6,7 +6,9 @@
    an explicit ``provider`` (``explicit``) goes first. Candidates are
    ``[primary, *fallbacks, "mock"]``, de-duplicated, mock always last.
 2. Availability: ``unknown_provider``, ``disabled``, ``missing_key``, ``circuit_open``,
-   ``unsupported`` — each skip recorded and announced through ``on_provider_fallback``.
+   ``unsupported``, ``budget_exhausted`` (the request-wide deadline or attempt budget
+   leaves no room for a real call) — each skip recorded and announced through
+   ``on_provider_fallback``.
 3. Attempt through the retry layer; transient and context-length failures advance,
    anything else stops the walk with that error result.
 4. Exhausted → the mock answers.
@@ -165,7 +167,11 @@ def _mock_config(row: Provider | None) -> ProviderConfig:
 
 
 def _skip_reason(
-    name: str, row: Provider | None, adapter: BaseProvider | None, request: AuditRequest
+    name: str,
+    row: Provider | None,
+    adapter: BaseProvider | None,
+    request: AuditRequest,
+    budget: Budget | None = None,
 ) -> str | None:
     if name == MOCK_PROVIDER_NAME:
         return None
@@ -181,6 +187,10 @@ def _skip_reason(
         return "unsupported"
     if request.stream and not adapter.supports("streaming"):
         return "unsupported"
+    if budget is not None and not budget.can_start():
+        # No time or attempts left for a real call: skipped, not a phantom attempt.
+        # Checked before the breaker so a half-open probe slot is never taken in vain.
+        return "budget_exhausted"
     if not breaker.allow(adapter.config):
         return "circuit_open"
     return None
@@ -305,6 +315,8 @@ class _Session:
         kwargs: dict[str, object] = {"budget": self.budget, "invoke": invoke}
         if self.sleeper is not None:
             kwargs["sleeper"] = self.sleeper
+        if breaker.is_probe(config):
+            kwargs["max_retries"] = 0  # a half-open probe is exactly one upstream request
         result = call_with_retries(adapter, request, **kwargs)  # type: ignore[arg-type]
         breaker.observe(config, result)
         send(after_provider_result, request_id=self.request_id, provider=config.name, result=result)
@@ -349,7 +361,7 @@ class _Session:
         for position, (name, model) in enumerate(plan.candidates):
             row = self.rows.get(name)
             adapter = _adapter_for(name, model, row)
-            reason = _skip_reason(name, row, adapter, self.request)
+            reason = _skip_reason(name, row, adapter, self.request, self.budget)
             if reason is not None:
                 shown_model = model or (row.model if row else "")
                 walk.add(provider=name, model=shown_model, outcome="skipped", reason=reason)

@@ -131,6 +131,7 @@ class ErrorInfo:
     message: str
     http_status: int | None = None
     transient: bool = False
+    retry_after_s: float | None = None  # the provider's Retry-After; not in to_dict()
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -74,12 +74,17 @@ DATABASES = {"default": env.db("DATABASE_URL", default=f"sqlite:///{BASE_DIR / '
 DATABASES["default"].setdefault("CONN_MAX_AGE", env.int("CONN_MAX_AGE", default=0))
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 
-# CACHE_URL wins; else REDIS_URL (Django's own Redis backend); else per-process LocMem.
+# CACHE_URL wins; REDIS_URL alone selects Django's Redis backend (circuits shared by all
+# workers). Bounded socket timeouts: a dead Redis must fail fast, never hang a request.
 CACHES = {
     "default": env.cache(
         "CACHE_URL", default=env.str("REDIS_URL", default="") or "locmemcache://llm-routing"
     )
 }
+if CACHES["default"]["BACKEND"] == "django.core.cache.backends.redis.RedisCache":
+    CACHES["default"].setdefault("OPTIONS", {}).update(
+        {"socket_connect_timeout": 1.0, "socket_timeout": 1.0}
+    )
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},

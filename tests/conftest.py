@@ -1,8 +1,9 @@
-"""Shared fixtures: users, API clients, provider rows and test adapter kinds."""
+"""Shared fixtures: users, API clients, provider rows, test adapter kinds, and the fake
+upstream server speaking the vendors' wire formats."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, ClassVar
 
 import pytest
@@ -12,15 +13,18 @@ from rest_framework.test import APIClient
 from llm_routing.errors import ProviderError
 from llm_routing.models import Chain, ChainEntry, Provider
 from llm_routing.providers import registry
-from llm_routing.providers.base import BaseProvider
+from llm_routing.providers.base import BaseProvider, HttpProvider
+from llm_routing.providers.registry import clear_adapter_cache, get_adapter_class
 from llm_routing.types import (
     AuditRequest,
+    ProviderConfig,
     ProviderResult,
     StreamDelta,
     StreamEnd,
     StreamEvent,
     Usage,
 )
+from tests.fakes.upstream import FakeUpstream
 
 
 class ScriptedProvider(BaseProvider):
@@ -134,6 +138,92 @@ def _clear_cache() -> Iterator[None]:
         caches[alias].clear()
     yield
     registry.clear_adapter_cache()
+
+
+@pytest.fixture
+def fake_upstream() -> Iterator[FakeUpstream]:
+    """A real HTTP server on 127.0.0.1 (ephemeral port) speaking the vendors' formats."""
+    server = FakeUpstream().start()
+    try:
+        yield server
+    finally:
+        clear_adapter_cache()
+        server.stop()
+
+
+VENDOR_OF_KIND = {
+    "openai": "openai",
+    "openai_compatible": "openai",
+    "anthropic": "anthropic",
+    "gemini": "gemini",
+}
+
+
+def base_url_for(kind: str, fake: FakeUpstream) -> str:
+    """The base_url a provider row of ``kind`` uses to reach the fake upstream."""
+    return f"{fake.url}/v1" if VENDOR_OF_KIND.get(kind) == "openai" else fake.url
+
+
+def upstream_fields(name: str, kind: str, fake: FakeUpstream) -> dict[str, Any]:
+    """Provider fields of ``kind`` pointed at the fake upstream."""
+    return {
+        "name": name,
+        "kind": kind,
+        "model": f"{kind}-model",
+        "base_url": base_url_for(kind, fake),
+        "api_key_env": "TEST_PROVIDER_KEY",
+        "timeout_s": 5.0,
+        "first_token_timeout_s": 5.0,
+        "max_retries": 2,
+        "supports_structured_output": True,
+    }
+
+
+@pytest.fixture
+def make_adapter(fake_upstream: FakeUpstream) -> Iterator[Callable[..., HttpProvider]]:
+    """Build an adapter of a kind pointed at the fake upstream; closed after the test."""
+    built: list[HttpProvider] = []
+
+    def factory(kind: str, **overrides: Any) -> HttpProvider:
+        fields = upstream_fields(f"{kind.replace('_', '-')}-test", kind, fake_upstream)
+        fields.update({"model": "model-x", **overrides})
+        adapter = get_adapter_class(kind)(ProviderConfig(**fields))
+        assert isinstance(adapter, HttpProvider)
+        built.append(adapter)
+        return adapter
+
+    yield factory
+    for adapter in built:
+        adapter.close()
+
+
+class Sleeps(list[float]):
+    """An injectable sleeper that records each wait and never sleeps."""
+
+    def __call__(self, seconds: float) -> None:
+        self.append(seconds)
+
+
+@pytest.fixture
+def upstream_chain(fake_upstream: FakeUpstream) -> Callable[..., list[Any]]:
+    """Create Provider rows pointed at the fake upstream and a default Chain of them.
+
+    ``upstream_chain(("oc", "openai_compatible", {...overrides}), ("an", "anthropic", {}))``
+    """
+    from llm_routing.models import Chain, ChainEntry, Provider
+
+    def factory(*specs: tuple[str, str, dict[str, Any]]) -> list[Provider]:
+        chain = Chain.objects.create(name="default", is_default=True)
+        rows = []
+        for position, (name, kind, overrides) in enumerate(specs):
+            fields = upstream_fields(name, kind, fake_upstream)
+            fields.update(overrides)
+            row = Provider.objects.create(**fields)
+            ChainEntry.objects.create(chain=chain, provider=row, position=position)
+            rows.append(row)
+        return rows
+
+    return factory
 
 
 __all__ = [

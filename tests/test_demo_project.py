@@ -81,3 +81,29 @@ def test_settings_refuse_to_start_without_secret_key_when_not_debug():
     )
     assert result.returncode != 0
     assert "SECRET_KEY must be set" in result.stderr
+
+
+@pytest.mark.django_db
+def test_seeded_demo_answers_from_the_mock_naming_missing_key_and_disabled(monkeypatch):
+    from rest_framework.test import APIClient
+
+    monkeypatch.delenv("DEMO_OPENAI_API_KEY", raising=False)
+    with override_settings(DEBUG=True):
+        call_command("seed_demo", stdout=io.StringIO())
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.get().key}")
+    response = client.post(
+        "/audit/", {"task": "summarize", "input_text": "Django is a web framework."}, format="json"
+    )
+    assert response.status_code == 200
+    body = response.json()
+    assert body["result"]["provider"] == "mock" and body["result"]["status"] == "ok"
+    assert body["routing_metadata"]["skipped_providers"] == [
+        {"provider": "openai-main", "reason": "missing_key"},
+        {"provider": "anthropic", "reason": "disabled"},
+    ]
+    cheap = client.post(
+        "/audit/", {"task": "summarize", "input_text": "x", "route": "cheap"}, format="json"
+    ).json()
+    assert cheap["routing_metadata"]["router_mode"] == "rule"
+    assert cheap["routing_metadata"]["rule"] == "cheap-route"

@@ -18,6 +18,7 @@ from rest_framework.views import APIView
 
 from ..conf import routing_settings
 from ..models import Provider
+from ..resilience import breaker
 from ..router import route, route_stream
 from ..types import AuditRequest, StreamChunk, StreamFailure, StreamResult
 from .parsers import LimitedJSONParser
@@ -94,6 +95,18 @@ def _audit_events(audit_request: AuditRequest) -> Iterator[bytes]:
             )
 
 
+class CircuitHealthSerializer(serializers.Serializer):
+    model = serializers.CharField()
+    state = serializers.ChoiceField(choices=["closed", "open", "half_open"])
+    consecutive_failures = serializers.IntegerField()
+    cooldown_step = serializers.IntegerField()
+    open_until = serializers.DateTimeField(allow_null=True)
+    last_success_at = serializers.DateTimeField(allow_null=True)
+    last_error_at = serializers.DateTimeField(allow_null=True)
+    last_error_category = serializers.CharField(allow_null=True)
+    last_http_status = serializers.IntegerField(allow_null=True)
+
+
 class ProviderHealthSerializer(serializers.Serializer):
     name = serializers.CharField()
     kind = serializers.CharField()
@@ -101,6 +114,10 @@ class ProviderHealthSerializer(serializers.Serializer):
     mode = serializers.CharField()
     enabled = serializers.BooleanField()
     key_present = serializers.BooleanField()
+    health = CircuitHealthSerializer(help_text="Passive health of the provider's own model.")
+    overrides = CircuitHealthSerializer(
+        many=True, help_text="Passive health of each model a chain entry overrides it with."
+    )
 
 
 class HealthResponseSerializer(serializers.Serializer):
@@ -111,15 +128,22 @@ class HealthResponseSerializer(serializers.Serializer):
 class HealthView(RoutingAPIView):
     @extend_schema(responses={200: HealthResponseSerializer}, summary="Per-provider health")
     def get(self, request: Request) -> Response:
-        providers: list[dict[str, Any]] = [
-            {
-                "name": p.name,
-                "kind": p.kind,
-                "model": p.model,
-                "mode": p.mode,
-                "enabled": p.enabled,
-                "key_present": p.key_present,
-            }
-            for p in Provider.objects.order_by("name")
-        ]
+        rows = list(Provider.objects.order_by("name"))
+        circuits = breaker.store.for_providers(rows)
+        now = breaker.store.clock()
+        providers: list[dict[str, Any]] = []
+        for p in rows:
+            health = [{"model": c.model, **c.health(now)} for c in circuits[p.name]]
+            providers.append(
+                {
+                    "name": p.name,
+                    "kind": p.kind,
+                    "model": p.model,
+                    "mode": p.mode,
+                    "enabled": p.enabled,
+                    "key_present": p.key_present,
+                    "health": health[0],
+                    "overrides": health[1:],
+                }
+            )
         return Response({"status": "ok", "providers": providers})

@@ -12,13 +12,22 @@ and handed to :meth:`BaseProvider.complete`; adapters must not keep it.
 
 from __future__ import annotations
 
+import json
 import os
+import threading
+import time
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
-from typing import ClassVar
+from collections.abc import Iterator, Mapping
+from dataclasses import replace
+from typing import Any, ClassVar
 
+import httpx
 from django.views.decorators.debug import sensitive_variables
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import best_match
 
+from ..conf import routing_settings
+from ..errors import NetworkError, ProviderError, ProviderTimeoutError, ResponseError
 from ..types import (
     AuditRequest,
     ProviderConfig,
@@ -26,9 +35,17 @@ from ..types import (
     StreamDelta,
     StreamEnd,
     StreamEvent,
+    Usage,
 )
+from .classify import classify_http_error, from_httpx_exception, parse_retry_after
 
-__all__ = ["CAPABILITIES", "BaseProvider", "read_api_key"]
+__all__ = [
+    "CAPABILITIES",
+    "BaseProvider",
+    "HttpProvider",
+    "read_api_key",
+    "validate_structured",
+]
 
 CAPABILITIES = frozenset({"structured_output", "streaming", "prefill"})
 
@@ -39,6 +56,10 @@ def read_api_key(env_name: str) -> str | None:
     if not env_name:
         return None
     value = os.environ.get(env_name)
+    if value:
+        from ..logging import remember_key_env
+
+        remember_key_env(env_name)
     return value or None
 
 
@@ -80,3 +101,257 @@ class BaseProvider(ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release pooled resources (HTTP clients)."""
+
+
+class HttpProvider(BaseProvider):
+    """Shared HTTP machinery of the vendor adapters: build payload → send → parse →
+    normalize → raise (the django-anymail sequence).
+
+    One pooled :class:`httpx.Client` per adapter instance (the registry pools instances
+    per provider configuration and closes them when the row changes), shared by every
+    thread: redirects are never followed, httpx's own transport retries are off (the one
+    retry layer is :mod:`llm_routing.resilience.retry`), the body is read by streaming
+    and cut at ``LLM_ROUTING["MAX_RESPONSE_BYTES"]``, and each call gets separate
+    connect / read / overall timeouts (see :meth:`timeouts`).
+
+    Subclasses implement :meth:`endpoint`, :meth:`auth_headers`, :meth:`build_payload`,
+    :meth:`error_details` and :meth:`parse`.
+    """
+
+    default_base_url: ClassVar[str] = ""
+
+    def __init__(
+        self, config: ProviderConfig, *, transport: httpx.BaseTransport | None = None
+    ) -> None:
+        super().__init__(config)
+        self._transport = transport
+        self._client: httpx.Client | None = None
+        self._client_lock = threading.Lock()
+        from ..logging import install
+
+        install()  # idempotent: also covers loggers created after start-up
+
+    # --- the client ---------------------------------------------------------------
+    @property
+    def base_url(self) -> str:
+        return (self.config.base_url or self.default_base_url).rstrip("/")
+
+    @property
+    def client(self) -> httpx.Client:
+        client = self._client
+        if client is None:
+            with self._client_lock:
+                client = self._client
+                if client is None:
+                    client = self._client = self._build_client()
+        return client
+
+    def _build_client(self) -> httpx.Client:
+        return httpx.Client(
+            follow_redirects=False,
+            timeout=self.timeouts(self.config.timeout_s),
+            limits=httpx.Limits(max_connections=64, max_keepalive_connections=16),
+            headers={"user-agent": f"django-llm-routing/{_version()}"},
+            transport=self._transport or httpx.HTTPTransport(retries=0),
+        )
+
+    def close(self) -> None:
+        with self._client_lock:
+            client, self._client = self._client, None
+        if client is not None:
+            client.close()
+
+    def timeouts(self, overall: float) -> httpx.Timeout:
+        """Connect: ``CONNECT_TIMEOUT_S`` (never above the row's first-token timeout);
+        read/write: the overall budget of this call — the row's ``timeout_s`` clamped by
+        what the request-wide deadline leaves (``overall``)."""
+        total = max(0.001, min(float(self.config.timeout_s), float(overall)))
+        connect = min(
+            float(routing_settings.CONNECT_TIMEOUT_S),
+            float(self.config.first_token_timeout_s),
+            total,
+        )
+        return httpx.Timeout(connect=connect, read=total, write=total, pool=connect)
+
+    # --- the sequence -------------------------------------------------------------
+    def complete(
+        self, request: AuditRequest, *, api_key: str | None, timeout: float
+    ) -> ProviderResult:
+        started = time.perf_counter()
+        timeouts = self.timeouts(timeout)
+        deadline = time.monotonic() + float(timeouts.read or timeout)
+        payload = self.build_payload(request)
+        headers = {"content-type": "application/json", **self.auth_headers(api_key)}
+        status, response_headers, body = self.send(
+            self.endpoint(request), headers, payload, timeouts, deadline
+        )
+        if status >= 400:
+            raise self.error_from_response(status, response_headers, body)
+        if status != 200:
+            raise ResponseError(
+                f"The provider answered HTTP {status} instead of 200.", http_status=status
+            )
+        data = self.decode(body)
+        self.raise_for_error_body(data)
+        result = self.parse(data, request)
+        return replace(result, latency_ms=(time.perf_counter() - started) * 1000)
+
+    def send(
+        self,
+        url: str,
+        headers: Mapping[str, str],
+        payload: Mapping[str, Any],
+        timeouts: httpx.Timeout,
+        deadline: float,
+    ) -> tuple[int, httpx.Headers, bytes]:
+        """POST ``payload``; read at most ``MAX_RESPONSE_BYTES`` before ``deadline``."""
+        limit = int(routing_settings.MAX_RESPONSE_BYTES)
+        try:
+            with self.client.stream(
+                "POST", url, json=payload, headers=dict(headers), timeout=timeouts
+            ) as response:
+                declared = response.headers.get("content-length", "")
+                if declared.isdigit() and int(declared) > limit:
+                    raise ResponseError(
+                        f"The provider's response is larger than {limit} bytes.",
+                        http_status=response.status_code,
+                    )
+                chunks: list[bytes] = []
+                size = 0
+                for chunk in response.iter_bytes():
+                    size += len(chunk)
+                    if size > limit:
+                        raise ResponseError(
+                            f"The provider's response is larger than {limit} bytes.",
+                            http_status=response.status_code,
+                        )
+                    if time.monotonic() > deadline:
+                        raise ProviderTimeoutError(
+                            "The provider did not finish its answer in time."
+                        )
+                    chunks.append(chunk)
+                return response.status_code, response.headers, b"".join(chunks)
+        except (httpx.HTTPError, httpx.InvalidURL) as exc:
+            # ``from None``: the httpx exception carries the URL and request; only the
+            # classified, key-free error escapes.
+            raise from_httpx_exception(exc) from None
+        except RuntimeError:
+            # The registry closed this client (the provider row changed) mid-call.
+            if self._client is None or self._client.is_closed:
+                raise NetworkError("The HTTP client was closed during the call.") from None
+            raise
+
+    def decode(self, body: bytes) -> Any:
+        try:
+            return json.loads(body.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError, RecursionError):
+            raise ResponseError("The provider's response is not valid JSON.") from None
+
+    def error_from_response(
+        self, status: int, headers: httpx.Headers, body: bytes
+    ) -> ProviderError:
+        try:
+            data = json.loads(body.decode("utf-8")) if body else None
+        except (UnicodeDecodeError, ValueError, RecursionError):
+            data = None
+        message, codes = self.error_details(data) if data is not None else ("", ())
+        return classify_http_error(
+            status,
+            message=message or f"The provider answered HTTP {status}.",
+            codes=codes,
+            retry_after=parse_retry_after(headers),
+        )
+
+    def raise_for_error_body(self, data: Any) -> None:
+        """A 200 whose body is an error object (OpenRouter, proxies) is still an error."""
+        if isinstance(data, dict) and data.get("error"):
+            message, codes = self.error_details(data)
+            raise classify_http_error(
+                200, message=message or "The provider answered 200 with an error.", codes=codes
+            )
+
+    # --- vendor specifics -----------------------------------------------------------
+    @abstractmethod
+    def endpoint(self, request: AuditRequest) -> str:
+        """The absolute URL to POST to (never carrying the key)."""
+
+    @abstractmethod
+    def auth_headers(self, api_key: str | None) -> dict[str, str]:
+        """The headers that authenticate (and version) the call."""
+
+    @abstractmethod
+    def build_payload(self, request: AuditRequest) -> dict[str, Any]:
+        """The vendor's request body."""
+
+    @abstractmethod
+    def error_details(self, data: Any) -> tuple[str, tuple[object, ...]]:
+        """(message, vendor codes) from the vendor's error body."""
+
+    @abstractmethod
+    def parse(self, data: Any, request: AuditRequest) -> ProviderResult:
+        """The normalized result of a 200 body; raise ResponseError when malformed."""
+
+    # --- helpers for subclasses -------------------------------------------------------
+    def extra_params(self, reserved: frozenset[str]) -> dict[str, Any]:
+        """``params`` of the row, minus the keys the adapter sets itself."""
+        return {k: v for k, v in (self.config.params or {}).items() if k not in reserved}
+
+    def ok_result(
+        self,
+        *,
+        model: object,
+        output: str,
+        data: Any = None,
+        input_tokens: object = 0,
+        output_tokens: object = 0,
+        finish_reason: object = None,
+    ) -> ProviderResult:
+        return ProviderResult(
+            provider=self.config.name,
+            model=str(model) if isinstance(model, str) and model else self.config.model,
+            mode="live",
+            status="ok",
+            output=output,
+            data=data,
+            usage=Usage(input_tokens=_int(input_tokens), output_tokens=_int(output_tokens)),
+            finish_reason=str(finish_reason) if finish_reason is not None else None,
+        )
+
+
+def validate_structured(text_or_data: Any, schema: Mapping[str, Any] | None) -> Any:
+    """Parse (when a string) and validate structured output; ResponseError when invalid.
+
+    The message names the failing path and keyword only — never the value, which is
+    model output and may echo the input.
+    """
+    if isinstance(text_or_data, str):
+        try:
+            value = json.loads(text_or_data)
+        except (ValueError, RecursionError):
+            raise ResponseError("The structured output is not valid JSON.") from None
+    else:
+        value = text_or_data
+    if schema is None:
+        return value
+    try:
+        validator = Draft202012Validator(dict(schema))
+        error = best_match(validator.iter_errors(value))
+    except Exception:  # a schema jsonschema cannot apply
+        raise ResponseError("The structured output could not be validated.") from None
+    if error is not None:
+        path = "/".join(str(p) for p in error.absolute_path) or "(root)"
+        raise ResponseError(
+            f"The structured output does not match the schema at {path} "
+            f"(fails {error.validator!r})."
+        )
+    return value
+
+
+def _int(value: object) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+
+
+def _version() -> str:
+    from .. import __version__
+
+    return __version__

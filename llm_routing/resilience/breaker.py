@@ -1,22 +1,568 @@
-"""Circuit breakers per (provider, model) — placeholder until issue #4 lands.
+"""Circuit breakers and passive health per (provider, model) — DESIGN §4.
 
-The router already asks :func:`allow` before a candidate (skip reason
-``circuit_open``) and reports every real call to :func:`observe`, so the breaker can
-be filled in without touching the walk. Until then every circuit is closed.
+Two layers, after pybreaker / purgatory:
+
+* **Pure state machine** — :class:`Circuit` (a frozen value), :func:`on_success`,
+  :func:`on_failure` and :meth:`Circuit.phase`. No I/O; the time ``now`` is passed in,
+  so every transition is tested on a fake clock.
+* **Store** — :class:`CircuitStore` keeps one :class:`Circuit` per (provider, model) in
+  the Django cache alias ``LLM_ROUTING["CACHE_ALIAS"]``: per-process LocMem by default,
+  shared by every worker process when that alias is Redis.
+
+States: ``closed`` → (``BREAKER_FAILURE_THRESHOLD`` consecutive transient failures, or
+one 429 whose Retry-After exceeds ``RETRY_AFTER_CAP_S``) → ``open`` for the next step of
+the ``BREAKER_COOLDOWNS_S`` ladder (capped at ``BREAKER_COOLDOWN_MAX_S``) → ``half_open``
+once the cooldown has passed: exactly one probe request goes through, across all
+processes, guarded by an atomic ``cache.add`` with a TTL; everyone else skips the
+candidate as ``circuit_open``. The probe's success closes the circuit, its failure
+re-opens it with the next ladder step. ``BREAKER_RESET_AFTER_S`` without a counted
+failure ends the streak (ladder back to the first step). Only transient failures count
+(DESIGN §4 table): client errors never open a circuit and ``context_length`` never
+counts.
+
+Hand-written on purpose (DESIGN §8): pybreaker keeps state per process (its Redis
+storage has no single-probe half-open across processes) and purgatory is asyncio-only;
+neither stores in the Django cache nor knows the router's failure taxonomy.
+
+A cache that errors or is unreachable never breaks routing: the store falls back to
+process-local state, logs that once, and tries the cache again after
+:data:`CACHE_RETRY_S`. Counts are read-modify-write and therefore best effort under
+concurrency; the single-probe guarantee rests only on the atomic add.
 """
 
 from __future__ import annotations
 
-from ..types import ProviderConfig, ProviderResult
+import contextvars
+import hashlib
+import logging
+import math
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import asdict, dataclass, fields, replace
+from datetime import UTC, datetime
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["allow", "observe"]
+from django.core.cache import caches
+from django.core.exceptions import ImproperlyConfigured
+
+from ..conf import routing_settings
+from ..types import ErrorInfo, ProviderConfig, ProviderResult
+
+if TYPE_CHECKING:
+    from ..models import Provider
+
+__all__ = [
+    "CACHE_RETRY_S",
+    "CLOSED",
+    "HALF_OPEN",
+    "OPEN",
+    "RECORD_TTL_S",
+    "SUCCESS_WRITE_INTERVAL_S",
+    "Circuit",
+    "CircuitStore",
+    "Policy",
+    "allow",
+    "counts",
+    "is_probe",
+    "observe",
+    "on_failure",
+    "on_success",
+    "store",
+]
+
+logger = logging.getLogger("llm_routing.breaker")
+
+CLOSED = "closed"
+OPEN = "open"
+HALF_OPEN = "half_open"
+
+#: After a cache error, the store uses process-local state for this long before it
+#: tries the shared cache again (so a dead Redis costs one failed call per interval).
+CACHE_RETRY_S = 5.0
+#: Circuit records expire from the cache after this long without a real call.
+RECORD_TTL_S = 86_400
+#: A success on a clean, closed circuit rewrites ``last_success_at`` at most this often
+#: (the hot path of a healthy provider then costs one cache read per call).
+SUCCESS_WRITE_INTERVAL_S = 1.0
+
+Clock = Callable[[], float]
+
+
+# --- pure state machine ------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    """The breaker settings, validated (read from ``LLM_ROUTING`` per call)."""
+
+    threshold: int = 3
+    cooldowns: tuple[float, ...] = (1.0, 2.0, 5.0, 10.0)
+    cooldown_max: float = 10.0
+    reset_after: float = 60.0
+    retry_after_cap: float = 5.0
+    retry_after_max: float = 300.0
+    probe_ttl: float = 10.0
+
+    @classmethod
+    def from_settings(cls) -> Policy:
+        s = routing_settings
+        try:
+            ladder = tuple(float(v) for v in s.BREAKER_COOLDOWNS_S)
+            policy = cls(
+                threshold=int(s.BREAKER_FAILURE_THRESHOLD),
+                cooldowns=ladder,
+                cooldown_max=float(s.BREAKER_COOLDOWN_MAX_S),
+                reset_after=float(s.BREAKER_RESET_AFTER_S),
+                retry_after_cap=float(s.RETRY_AFTER_CAP_S),
+                retry_after_max=float(s.BREAKER_RETRY_AFTER_MAX_S),
+                probe_ttl=float(s.BREAKER_PROBE_TTL_S),
+            )
+        except (TypeError, ValueError) as exc:
+            raise ImproperlyConfigured(f"LLM_ROUTING breaker settings are invalid: {exc}") from exc
+        if policy.threshold < 1 or not ladder or min(ladder) <= 0 or policy.cooldown_max <= 0:
+            raise ImproperlyConfigured(
+                "LLM_ROUTING: BREAKER_FAILURE_THRESHOLD must be >= 1 and BREAKER_COOLDOWNS_S "
+                "a non-empty list of positive seconds (BREAKER_COOLDOWN_MAX_S positive)."
+            )
+        return policy
+
+    def cooldown(self, level: int) -> float:
+        """Seconds the ``level``-th opening of a streak (0-based) stays open."""
+        return min(self.cooldowns[min(level, len(self.cooldowns) - 1)], self.cooldown_max)
+
+
+@dataclass(frozen=True, slots=True)
+class Circuit:
+    """The breaker state and passive health of one (provider, model). Times are epoch
+    seconds (wall clock, comparable across processes and hosts)."""
+
+    provider: str
+    model: str
+    state: str = CLOSED  # stored state: closed | open (half-open is derived: phase())
+    failures: int = 0  # consecutive counted failures
+    level: int = 0  # openings in the current streak (index into the cooldown ladder)
+    opened_at: float | None = None
+    open_until: float | None = None
+    last_failure_at: float | None = None  # last counted (transient) failure
+    last_success_at: float | None = None
+    last_error_at: float | None = None
+    last_error_category: str | None = None
+    last_http_status: int | None = None
+
+    def phase(self, now: float) -> str:
+        if self.state != OPEN:
+            return CLOSED
+        if self.open_until is not None and now >= self.open_until:
+            return HALF_OPEN
+        return OPEN
+
+    def to_record(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_record(cls, provider: str, model: str, record: Any) -> Circuit:
+        """A circuit from a cache record; anything unreadable is a fresh closed one."""
+        if not isinstance(record, Mapping):
+            return cls(provider=provider, model=model)
+        names = {f.name for f in fields(cls)} - {"provider", "model"}
+        try:
+            circuit = cls(
+                provider=provider, model=model, **{k: v for k, v in record.items() if k in names}
+            )
+        except TypeError:
+            return cls(provider=provider, model=model)
+        if circuit.state not in (CLOSED, OPEN) or not _well_typed(circuit):
+            return cls(provider=provider, model=model)
+        return circuit
+
+    def health(self, now: float) -> dict[str, Any]:
+        """The passive-health view served by ``GET /health/`` (JSON-safe)."""
+        phase = self.phase(now)
+        return {
+            "state": phase,
+            "consecutive_failures": self.failures,
+            "cooldown_step": self.level,
+            "open_until": _iso(self.open_until) if phase != CLOSED else None,
+            "last_success_at": _iso(self.last_success_at),
+            "last_error_at": _iso(self.last_error_at),
+            "last_error_category": self.last_error_category,
+            "last_http_status": self.last_http_status,
+        }
+
+
+_NUMBER = (int, float)
+_TYPES: dict[str, tuple[type, ...]] = {
+    "failures": (int,),
+    "level": (int,),
+    "opened_at": (*_NUMBER, type(None)),
+    "open_until": (*_NUMBER, type(None)),
+    "last_failure_at": (*_NUMBER, type(None)),
+    "last_success_at": (*_NUMBER, type(None)),
+    "last_error_at": (*_NUMBER, type(None)),
+    "last_error_category": (str, type(None)),
+    "last_http_status": (int, type(None)),
+}
+
+
+def _well_typed(circuit: Circuit) -> bool:
+    """A record read from a shared cache is checked before the router relies on it."""
+    if circuit.state == OPEN and not isinstance(circuit.open_until, _NUMBER):
+        return False
+    return all(
+        isinstance(getattr(circuit, name), types) and not isinstance(getattr(circuit, name), bool)
+        for name, types in _TYPES.items()
+    )
+
+
+def _iso(ts: float | None) -> str | None:
+    if ts is None:
+        return None
+    return datetime.fromtimestamp(ts, tz=UTC).isoformat(timespec="milliseconds")
+
+
+def counts(error: ErrorInfo) -> bool:
+    """Whether a failure counts toward opening the circuit (DESIGN §4)."""
+    return error.transient and error.category != "context_length"
+
+
+def _quiet(circuit: Circuit, now: float, policy: Policy) -> bool:
+    last = circuit.last_failure_at
+    return last is None or now - last >= policy.reset_after
+
+
+def _open(circuit: Circuit, now: float, policy: Policy, error: ErrorInfo) -> Circuit:
+    cooldown = policy.cooldown(circuit.level)
+    if _long_429(error, policy):
+        cooldown = max(cooldown, min(float(error.retry_after_s or 0), policy.retry_after_max))
+    return replace(
+        circuit, state=OPEN, opened_at=now, open_until=now + cooldown, level=circuit.level + 1
+    )
+
+
+def _long_429(error: ErrorInfo, policy: Policy) -> bool:
+    return (
+        error.category == "rate_limit"
+        and error.retry_after_s is not None
+        and error.retry_after_s > policy.retry_after_cap
+    )
+
+
+def on_success(circuit: Circuit, now: float, policy: Policy) -> Circuit:
+    """The provider answered: close (from any phase); the ladder is kept until the
+    quiet window has passed, so a flapping provider climbs it."""
+    return replace(
+        circuit,
+        state=CLOSED,
+        failures=0,
+        level=0 if _quiet(circuit, now, policy) else circuit.level,
+        opened_at=None,
+        open_until=None,
+        last_success_at=now,
+    )
+
+
+def on_failure(
+    circuit: Circuit, now: float, policy: Policy, error: ErrorInfo, *, probe: bool = False
+) -> Circuit:
+    """One failed call (after retries). ``probe`` marks the half-open probe's result."""
+    seen = replace(
+        circuit,
+        last_error_at=now,
+        last_error_category=error.category,
+        last_http_status=error.http_status,
+    )
+    phase = circuit.phase(now)
+    if not counts(error):
+        # The provider answered (4xx, policy, bad body): never opens, and a probe that
+        # got such an answer proves the route is alive.
+        if phase == HALF_OPEN and probe:
+            return replace(seen, state=CLOSED, failures=0, opened_at=None, open_until=None)
+        return seen
+    if phase == CLOSED:
+        failures, level = circuit.failures, circuit.level
+        if _quiet(circuit, now, policy):
+            failures, level = 0, 0
+        seen = replace(seen, failures=failures + 1, level=level, last_failure_at=now)
+        if seen.failures >= policy.threshold or _long_429(error, policy):
+            return _open(seen, now, policy, error)
+        return seen
+    seen = replace(seen, failures=circuit.failures + 1, last_failure_at=now)
+    if phase == HALF_OPEN and probe:
+        return _open(seen, now, policy, error)
+    # A call that started before the circuit opened (or a stray one in half-open):
+    # health only — but a long Retry-After still extends the open period.
+    if _long_429(error, policy) and phase == OPEN:
+        until = now + min(float(error.retry_after_s or 0), policy.retry_after_max)
+        return replace(seen, open_until=max(circuit.open_until or now, until))
+    return seen
+
+
+# --- storage -------------------------------------------------------------------------------
+
+
+class _LocalCache:
+    """Process-local stand-in for the cache (used only while the cache is failing)."""
+
+    def __init__(self) -> None:
+        self._data: dict[str, tuple[Any, float]] = {}
+        self._lock = threading.Lock()
+
+    def _live(self, key: str, now: float) -> bool:
+        item = self._data.get(key)
+        if item is None:
+            return False
+        if item[1] <= now:
+            del self._data[key]
+            return False
+        return True
+
+    def get(self, key: str) -> Any:
+        with self._lock:
+            return self._data[key][0] if self._live(key, time.monotonic()) else None
+
+    def get_many(self, keys: Iterable[str]) -> dict[str, Any]:
+        out = {}
+        for key in keys:
+            value = self.get(key)
+            if value is not None:
+                out[key] = value
+        return out
+
+    def set(self, key: str, value: Any, timeout: int) -> None:
+        with self._lock:
+            self._data[key] = (value, time.monotonic() + timeout)
+
+    def add(self, key: str, value: Any, timeout: int) -> bool:
+        with self._lock:
+            now = time.monotonic()
+            if self._live(key, now):
+                return False
+            self._data[key] = (value, now + timeout)
+            return True
+
+    def delete(self, key: str) -> None:
+        with self._lock:
+            self._data.pop(key, None)
+
+
+#: Probe slots this context holds: circuit key -> the slot's token.
+_probing: contextvars.ContextVar[Mapping[str, str]] = contextvars.ContextVar(
+    "llm_routing_breaker_probing", default=MappingProxyType({})
+)
+
+
+def _holding(key: str, token: str | None) -> None:
+    held = {k: v for k, v in _probing.get().items() if k != key}
+    if token is not None:
+        held[key] = token
+    _probing.set(held)
+
+
+def _key(provider: str, model: str) -> str:
+    # Model names may hold characters some cache backends refuse in keys.
+    digest = hashlib.sha256(model.encode("utf-8")).hexdigest()[:16]
+    return f"llm_routing:circuit:{provider}:{digest}"
+
+
+def _names(config: ProviderConfig) -> tuple[str, str]:
+    return config.name, config.model
+
+
+def _tracked(config: ProviderConfig) -> bool:
+    """The mock (kind or mode) has no upstream and no circuit."""
+    return config.kind != "mock" and config.mode != "mock"
+
+
+class CircuitStore:
+    """Circuits in the Django cache, with a process-local fallback."""
+
+    def __init__(self, *, clock: Clock = time.time) -> None:
+        self.clock = clock
+        self._local = _LocalCache()
+        self._retry_at = 0.0
+        self._down = False
+        self._state_lock = threading.Lock()
+
+    # -- cache access that never raises ---------------------------------------------
+    def _cache_call(self, method: str, *args: Any) -> Any:
+        if time.monotonic() >= self._retry_at:
+            try:
+                cache = caches[routing_settings.CACHE_ALIAS]
+                result = getattr(cache, method)(*args)
+            except Exception as exc:
+                self._cache_failed(exc)
+            else:
+                if self._down:
+                    with self._state_lock:
+                        self._down = False
+                    logger.warning("Circuit cache is reachable again; using shared state.")
+                return result
+        return getattr(self._local, method)(*args)
+
+    def _cache_failed(self, exc: Exception) -> None:
+        with self._state_lock:
+            self._retry_at = time.monotonic() + CACHE_RETRY_S
+            first = not self._down
+            self._down = True
+        if first:
+            # The exception's text may name the cache location: log its type only.
+            logger.warning(
+                "Circuit cache %r failed (%s); using process-local circuit state until it "
+                "answers again.",
+                routing_settings.CACHE_ALIAS,
+                type(exc).__name__,
+            )
+
+    @property
+    def degraded(self) -> bool:
+        """True while the store runs on process-local state."""
+        return self._down
+
+    # -- records ------------------------------------------------------------------------
+    def load(self, provider: str, model: str) -> Circuit:
+        return Circuit.from_record(provider, model, self._cache_call("get", _key(provider, model)))
+
+    def load_many(self, pairs: Iterable[tuple[str, str]]) -> dict[tuple[str, str], Circuit]:
+        pairs = list(dict.fromkeys(pairs))
+        keys = {_key(p, m): (p, m) for p, m in pairs}
+        found = self._cache_call("get_many", list(keys)) or {}
+        return {
+            pair: Circuit.from_record(pair[0], pair[1], found.get(key))
+            for key, pair in keys.items()
+        }
+
+    def save(self, circuit: Circuit) -> None:
+        self._cache_call(
+            "set", _key(circuit.provider, circuit.model), circuit.to_record(), RECORD_TTL_S
+        )
+
+    def reset(self, provider: str, model: str) -> None:
+        """Close the circuit and forget its health (admin action, management command)."""
+        key = _key(provider, model)
+        self._cache_call("delete", key)
+        self._cache_call("delete", key + ":probe")
+        logger.warning("Circuit %s/%s reset by an operator.", provider, model)
+
+    # -- the router's two calls -------------------------------------------------------------
+    def allow(self, config: ProviderConfig) -> bool:
+        """Whether a call to this (provider, model) may start now. In half-open it
+        claims the single probe slot; only the claimant gets True."""
+        if not _tracked(config):
+            return True
+        now = self.clock()
+        circuit = self.load(config.name, config.model)
+        phase = circuit.phase(now)
+        key = _key(config.name, config.model)
+        if key in _probing.get():  # a claim left over by a call that never reported
+            _holding(key, None)
+        if phase == CLOSED:
+            return True
+        if phase == OPEN:
+            return False
+        ttl = max(Policy.from_settings().probe_ttl, float(config.timeout_s) + 1.0)
+        token = uuid.uuid4().hex
+        if not self._cache_call("add", key + ":probe", token, math.ceil(ttl)):
+            return False
+        _holding(key, token)
+        logger.info("Circuit %s/%s half-open: this call is the probe.", config.name, config.model)
+        return True
+
+    def is_probe(self, config: ProviderConfig) -> bool:
+        return _key(config.name, config.model) in _probing.get()
+
+    def observe(self, config: ProviderConfig, result: ProviderResult) -> None:
+        """Feed one finished call (after retries) into the circuit and its health."""
+        if not _tracked(config):
+            return
+        key = _key(config.name, config.model)
+        token = _probing.get().get(key)
+        probe = token is not None
+        if probe:
+            _holding(key, None)
+        try:
+            if result.upstream_requests == 0 and not result.ok:
+                return  # the budget ran out before any request: nothing was observed
+            self._observe(config, result, probe=probe)
+        finally:
+            # Free the slot, unless it expired and another caller holds a new one.
+            if probe and self._cache_call("get", key + ":probe") == token:
+                self._cache_call("delete", key + ":probe")
+
+    def _observe(self, config: ProviderConfig, result: ProviderResult, *, probe: bool) -> None:
+        policy = Policy.from_settings()
+        now = self.clock()
+        before = self.load(config.name, config.model)
+        if result.ok:
+            if (
+                before.state == CLOSED
+                and before.failures == 0
+                and before.level == 0
+                and before.last_success_at is not None
+                and 0 <= now - before.last_success_at < SUCCESS_WRITE_INTERVAL_S
+            ):
+                return
+            after = on_success(before, now, policy)
+        else:
+            error = result.error or ErrorInfo(category="response", message="")
+            after = on_failure(before, now, policy, error, probe=probe)
+        self.save(after)
+        was, now_phase = before.phase(now), after.phase(now)
+        if now_phase == OPEN and (was != OPEN or after.opened_at != before.opened_at):
+            logger.warning(
+                "Circuit %s/%s opened for %.1fs after %s (step %d).",
+                config.name,
+                config.model,
+                (after.open_until or now) - now,
+                after.last_error_category,
+                after.level,
+            )
+        elif now_phase == CLOSED and was != CLOSED:
+            logger.warning("Circuit %s/%s closed: the provider answered.", *_names(config))
+
+    def for_providers(self, providers: Iterable[Provider]) -> dict[str, list[Circuit]]:
+        """Every circuit of these provider rows: the row's model first, then each model
+        a chain entry overrides it with (one cache round trip)."""
+        from ..models import ChainEntry
+
+        rows = list(providers)
+        models: dict[str, list[str]] = {p.name: [p.model] for p in rows}
+        overrides = (
+            ChainEntry.objects.filter(provider__in=rows)
+            .exclude(model="")
+            .values_list("provider__name", "model")
+            .order_by("provider__name", "model")
+        )
+        for name, model in overrides:
+            if model not in models[name]:
+                models[name].append(model)
+        loaded = self.load_many((name, m) for name, ms in models.items() for m in ms)
+        return {name: [loaded[(name, m)] for m in ms] for name, ms in models.items()}
+
+    def reset_provider(self, provider: Provider) -> int:
+        """Reset every circuit of one provider row; returns how many were reset."""
+        circuits = self.for_providers([provider])[provider.name]
+        for circuit in circuits:
+            self.reset(circuit.provider, circuit.model)
+        return len(circuits)
+
+
+#: The process-wide store the router uses. Tests may set ``store.clock``.
+store = CircuitStore()
 
 
 def allow(config: ProviderConfig) -> bool:
-    """Whether a call to this (provider, model) may start now."""
-    return True
+    """Whether a call to this (provider, model) may start now (see :class:`CircuitStore`)."""
+    return store.allow(config)
+
+
+def is_probe(config: ProviderConfig) -> bool:
+    """Whether the current call to this (provider, model) is the half-open probe."""
+    return store.is_probe(config)
 
 
 def observe(config: ProviderConfig, result: ProviderResult) -> None:
     """Feed one finished call (after retries) into the breaker."""
-    return None
+    store.observe(config, result)

@@ -6,7 +6,9 @@ is honoured up to ``RETRY_AFTER_CAP_S`` — over the cap there is no same-provid
 retry, the router fails over at once. Timeouts are not retried on the same provider.
 The sleeper and the random source are injectable so tests never sleep.
 
-:func:`call_with_retries` never raises: every outcome is a ProviderResult.
+:func:`call_with_retries` never raises: every outcome is a ProviderResult whose
+``retries`` counts same-provider retries and ``upstream_requests`` the requests sent
+(``retries + 1`` for every network adapter that started at least once).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from dataclasses import replace
 
 from ..conf import routing_settings
 from ..errors import ProviderError, ProviderTimeoutError, ResponseError
+from ..logging import known_key_values
 from ..providers.base import BaseProvider, read_api_key
 from ..types import AuditRequest, ProviderResult
 from .budget import Budget
@@ -67,10 +70,13 @@ def call_with_retries(
     sleeper: Sleeper = time.sleep,
     rng: Callable[[], float] = random.random,
     invoke: Invoke | None = None,
+    max_retries: int | None = None,
 ) -> ProviderResult:
     """Call ``adapter.complete`` (or ``invoke(api_key, timeout)``, e.g. opening a stream
-    and reading its first chunk) with same-provider retries."""
+    and reading its first chunk) with same-provider retries. ``max_retries`` overrides
+    the provider's own (the breaker's half-open probe passes 0)."""
     config = adapter.config
+    retry_limit = config.max_retries if max_retries is None else max_retries
     if invoke is None:
 
         def invoke(api_key: str | None, timeout: float) -> ProviderResult:
@@ -80,20 +86,23 @@ def call_with_retries(
     retries = 0
     upstream = 0
     api_key: str | None = None
+    # An offline adapter (the mock backstop, mock-mode rows) sends nothing upstream:
+    # it neither draws on nor is refused by the request-wide budget, so the backstop
+    # still answers when the budget is spent.
+    offline = adapter.result_mode == "mock"
+    if not offline and not budget.can_start():
+        return error_result(
+            adapter,
+            ProviderTimeoutError("The request-wide deadline or attempt budget was used up."),
+            latency_ms=(time.perf_counter() - started) * 1000,
+            retries=0,
+            upstream_requests=0,
+        )
+    exc: ProviderError
     while True:
-        if not budget.can_start():
-            exc: ProviderError = ProviderTimeoutError(
-                "The request-wide deadline or attempt budget was used up."
-            )
-            return error_result(
-                adapter,
-                exc,
-                latency_ms=(time.perf_counter() - started) * 1000,
-                retries=retries,
-                upstream_requests=upstream,
-            )
-        budget.take()
-        upstream += 1
+        if not offline:
+            budget.take()
+            upstream += 1
         api_key = read_api_key(config.api_key_env) if adapter.requires_key else None
         try:
             result = invoke(api_key, budget.timeout_for(config.timeout_s))
@@ -109,25 +118,29 @@ def call_with_retries(
                 upstream_requests=upstream,
                 latency_ms=(time.perf_counter() - started) * 1000,
             )
-        delay = _retry_delay(exc, retries, config.max_retries, budget, rng)
-        if delay is None:
-            return error_result(
-                adapter,
-                exc,
-                latency_ms=(time.perf_counter() - started) * 1000,
-                retries=retries,
-                upstream_requests=upstream,
-                secrets=(api_key,),
+        delay = _retry_delay(exc, retries, retry_limit, budget, rng)
+        if delay is not None:
+            logger.info(
+                "Retrying %s after %s (retry %d, sleeping %.3fs)",
+                config.name,
+                exc.category,
+                retries + 1,
+                delay,
             )
-        logger.info(
-            "Retrying %s after %s (retry %d, sleeping %.3fs)",
-            config.name,
-            exc.category,
-            retries + 1,
-            delay,
+            sleeper(delay)
+            # The wait itself may have used up what was left: then the last error
+            # stands and no request is counted that was never sent.
+            if offline or budget.can_start():
+                retries += 1
+                continue
+        return error_result(
+            adapter,
+            exc,
+            latency_ms=(time.perf_counter() - started) * 1000,
+            retries=retries,
+            upstream_requests=upstream,
+            secrets=(api_key, *known_key_values()),
         )
-        sleeper(delay)
-        retries += 1
 
 
 def _retry_delay(

@@ -1,0 +1,32 @@
+"""Any server speaking the OpenAI Chat Completions wire format at ``base_url``.
+
+vLLM, Ollama (``http://localhost:11434/v1``), LM Studio, llama.cpp server, OpenRouter,
+Groq, Together … The ``base_url`` includes the version prefix (``…/v1``) and is
+required. A key is optional: local servers usually need none, so a row without
+``api_key_env`` is not skipped as ``missing_key``; a row that names a variable needs
+it set.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from ..errors import InvalidRequestError
+from ..types import AuditRequest
+from .openai import OpenAIProvider
+
+__all__ = ["OpenAICompatibleProvider"]
+
+
+class OpenAICompatibleProvider(OpenAIProvider):
+    kind: ClassVar[str] = "openai_compatible"
+    default_base_url: ClassVar[str] = ""
+
+    @property
+    def requires_key(self) -> bool:  # type: ignore[override]
+        return bool(self.config.api_key_env)
+
+    def endpoint(self, request: AuditRequest) -> str:
+        if not self.base_url:
+            raise InvalidRequestError("An openai_compatible provider needs a base_url.")
+        return super().endpoint(request)

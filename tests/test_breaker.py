@@ -1,0 +1,456 @@
+"""The breaker's pure state machine on a fake clock, and its store over the Django cache."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from dataclasses import replace
+from typing import Any
+
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+from django.test import override_settings
+
+from llm_routing.errors import AuthenticationError, RateLimitError
+from llm_routing.resilience import breaker
+from llm_routing.resilience.breaker import (
+    CLOSED,
+    HALF_OPEN,
+    OPEN,
+    Circuit,
+    CircuitStore,
+    Policy,
+    on_failure,
+    on_success,
+)
+from llm_routing.types import ErrorInfo, ProviderConfig, ProviderResult
+
+from .breaker_support import BrokenCache, FakeClock
+
+POLICY = Policy(
+    threshold=3,
+    cooldowns=(1.0, 2.0, 5.0, 10.0),
+    cooldown_max=10.0,
+    reset_after=60.0,
+    retry_after_cap=5.0,
+    retry_after_max=300.0,
+    probe_ttl=10.0,
+)
+UNAVAILABLE = ErrorInfo(category="unavailable", message="503", http_status=503, transient=True)
+TIMEOUT = ErrorInfo(category="timeout", message="slow", transient=True)
+T0 = 1_900_000_000.0
+
+
+def fresh() -> Circuit:
+    return Circuit(provider="p", model="m")
+
+
+def fail(c: Circuit, now: float, error: ErrorInfo = UNAVAILABLE, *, probe: bool = False) -> Circuit:
+    return on_failure(c, now, POLICY, error, probe=probe)
+
+
+def opened(now: float = T0) -> Circuit:
+    c = fresh()
+    for _ in range(POLICY.threshold):
+        c = fail(c, now)
+    return c
+
+
+# --- pure state machine ------------------------------------------------------------------
+
+
+def test_closed_below_threshold_and_success_resets_the_count() -> None:
+    c = fail(fail(fresh(), T0), T0 + 1)
+    assert c.phase(T0 + 1) == CLOSED and c.failures == 2
+    c = on_success(c, T0 + 2, POLICY)
+    assert c.failures == 0 and c.last_success_at == T0 + 2
+    c = fail(fail(c, T0 + 3), T0 + 4)
+    assert c.phase(T0 + 4) == CLOSED
+
+
+def test_threshold_consecutive_transient_failures_open_the_circuit() -> None:
+    c = fail(fail(fail(fresh(), T0, TIMEOUT), T0), T0)
+    assert c.state == OPEN
+    assert c.phase(T0) == OPEN
+    assert c.open_until == T0 + 1.0
+    assert c.level == 1
+    assert c.last_error_category == "unavailable" and c.last_http_status == 503
+
+
+def test_open_becomes_half_open_when_the_cooldown_has_passed() -> None:
+    c = opened()
+    assert c.phase(T0 + 0.999) == OPEN
+    assert c.phase(T0 + 1.0) == HALF_OPEN
+
+
+def test_probe_success_closes() -> None:
+    c = on_success(opened(), T0 + 1.5, POLICY)
+    assert c.phase(T0 + 1.5) == CLOSED
+    assert c.failures == 0 and c.open_until is None
+
+
+def test_probe_failure_reopens_with_the_next_ladder_step_up_to_the_cap() -> None:
+    c = opened()
+    now = T0
+    seen = []
+    for _ in range(6):
+        now = c.open_until or now
+        assert c.phase(now) == HALF_OPEN
+        c = fail(c, now, probe=True)
+        assert c.phase(now) == OPEN
+        seen.append((c.open_until or 0) - now)
+    assert seen == [2.0, 5.0, 10.0, 10.0, 10.0, 10.0]
+
+
+def test_cooldown_max_caps_every_step() -> None:
+    policy = replace(POLICY, cooldowns=(4.0, 30.0), cooldown_max=7.0)
+    assert [policy.cooldown(i) for i in range(4)] == [4.0, 7.0, 7.0, 7.0]
+
+
+def test_flapping_climbs_the_ladder_and_a_quiet_window_resets_it() -> None:
+    c = on_success(opened(), T0 + 1, POLICY)  # closed again, step kept
+    assert c.level == 1
+    now = T0 + 10
+    for _ in range(3):
+        c = fail(c, now)
+    assert c.open_until == now + 2.0  # the second step: still in the same streak
+    c = on_success(c, now + 2, POLICY)
+    later = now + 2 + POLICY.reset_after  # a quiet minute without counted failures
+    for _ in range(3):
+        c = fail(c, later)
+    assert c.open_until == later + 1.0  # back to the first step
+    assert c.level == 1
+
+
+def test_old_failures_do_not_add_up_after_the_quiet_window() -> None:
+    c = fail(fail(fresh(), T0), T0)
+    c = fail(c, T0 + POLICY.reset_after)
+    assert c.phase(T0 + POLICY.reset_after) == CLOSED
+    assert c.failures == 1
+
+
+def test_a_429_over_the_retry_cap_opens_at_once_for_at_least_retry_after() -> None:
+    limited = ErrorInfo(
+        category="rate_limit", message="slow down", http_status=429, transient=True,
+        retry_after_s=42.0,
+    )  # fmt: skip
+    c = fail(fresh(), T0, limited)
+    assert c.phase(T0) == OPEN
+    assert c.open_until == T0 + 42.0
+    assert c.phase(T0 + 41.9) == OPEN and c.phase(T0 + 42.0) == HALF_OPEN
+
+
+def test_a_429_within_the_retry_cap_counts_like_any_transient_failure() -> None:
+    short = ErrorInfo(category="rate_limit", message="", transient=True, retry_after_s=2.0)
+    c = fail(fail(fresh(), T0, short), T0, short)
+    assert c.phase(T0) == CLOSED
+    assert fail(c, T0, short).open_until == T0 + 1.0
+
+
+def test_an_absurd_retry_after_is_bounded_by_breaker_retry_after_max() -> None:
+    huge = ErrorInfo(category="rate_limit", message="", transient=True, retry_after_s=86_400.0)
+    assert fail(fresh(), T0, huge).open_until == T0 + 300.0
+
+
+def test_a_long_429_while_open_extends_the_open_period() -> None:
+    limited = ErrorInfo(category="rate_limit", message="", transient=True, retry_after_s=30.0)
+    c = fail(opened(), T0 + 0.5, limited)
+    assert c.open_until == T0 + 30.5
+
+
+@pytest.mark.parametrize(
+    "category",
+    ["authentication", "invalid_request", "content_policy", "response", "context_length"],
+)
+def test_non_transient_failures_never_open_a_circuit(category: str) -> None:
+    error = ErrorInfo(category=category, message="", http_status=400, transient=False)
+    c = fresh()
+    for i in range(50):
+        c = fail(c, T0 + i, error)
+    assert c.phase(T0 + 50) == CLOSED
+    assert c.failures == 0
+    assert c.last_error_category == category and c.last_http_status == 400
+
+
+def test_context_length_never_counts_even_if_marked_transient() -> None:
+    odd = ErrorInfo(category="context_length", message="", transient=True)
+    c = fresh()
+    for _ in range(10):
+        c = fail(c, T0, odd)
+    assert c.phase(T0) == CLOSED
+
+
+def test_a_probe_answered_with_a_client_error_closes_the_circuit() -> None:
+    auth = ErrorInfo(category="authentication", message="", http_status=401)
+    c = fail(opened(), T0 + 1, auth, probe=True)
+    assert c.phase(T0 + 1) == CLOSED
+
+
+def test_a_stray_failure_in_half_open_is_not_the_probe_and_does_not_reopen() -> None:
+    c = opened()
+    after = fail(c, T0 + 1, probe=False)
+    assert after.phase(T0 + 1) == HALF_OPEN
+    assert after.open_until == c.open_until
+
+
+def test_records_round_trip_and_garbage_reads_as_closed() -> None:
+    c = opened()
+    assert Circuit.from_record("p", "m", c.to_record()) == c
+    assert Circuit.from_record("p", "m", {"state": "melted"}) == fresh()
+    assert Circuit.from_record("p", "m", {"nonsense": 1}) == fresh()
+    assert Circuit.from_record("p", "m", "not a dict") == fresh()
+    assert Circuit.from_record("p", "m", {"state": "open", "open_until": "soon"}) == fresh()
+    assert Circuit.from_record("p", "m", {"failures": "3"}) == fresh()
+    assert Circuit.from_record("p", "m", {"state": "open", "open_until": None}) == fresh()
+
+
+def test_health_view_of_a_circuit() -> None:
+    h = opened().health(T0)
+    assert h["state"] == OPEN
+    assert h["consecutive_failures"] == 3
+    assert h["open_until"].startswith("2030-03-17T17:46:41")
+    assert h["last_error_category"] == "unavailable" and h["last_http_status"] == 503
+    assert opened().health(T0 + 1)["state"] == HALF_OPEN
+
+
+def test_default_settings_return_traffic_within_15_seconds() -> None:
+    policy = Policy.from_settings()
+    assert policy.cooldowns == (1.0, 2.0, 5.0, 10.0)
+    # A healed provider waits at most one (capped) cooldown before the next probe.
+    assert max(policy.cooldown(i) for i in range(20)) <= 10.0 < 15.0
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"BREAKER_COOLDOWNS_S": []},
+        {"BREAKER_COOLDOWNS_S": [1.0, -2.0]},
+        {"BREAKER_COOLDOWNS_S": ["soon"]},
+        {"BREAKER_FAILURE_THRESHOLD": 0},
+    ],
+)
+def test_invalid_breaker_settings_are_a_clear_configuration_error(overrides: dict) -> None:
+    with override_settings(LLM_ROUTING=overrides), pytest.raises(ImproperlyConfigured):
+        Policy.from_settings()
+
+
+@override_settings(LLM_ROUTING={"BREAKER_COOLDOWNS_S": [2.0, 0]})
+def test_the_system_check_reports_an_invalid_ladder() -> None:
+    from llm_routing.checks import check_settings
+
+    messages = check_settings()
+    assert [m.id for m in messages] == ["llm_routing.E002"]
+    assert "BREAKER_COOLDOWNS_S" in messages[0].msg
+
+
+def test_provider_errors_carry_retry_after_but_do_not_expose_it() -> None:
+    info = RateLimitError(http_status=429, retry_after=12.5).to_info()
+    assert info.retry_after_s == 12.5
+    assert "retry_after_s" not in info.to_dict()
+    assert AuthenticationError().to_info().retry_after_s is None
+
+
+# --- the store over the Django cache ----------------------------------------------------
+
+CONFIG = ProviderConfig(name="primary", kind="openai", model="gpt-x", timeout_s=5.0)
+
+
+def result(ok: bool, error: ErrorInfo = UNAVAILABLE, upstream: int = 1) -> ProviderResult:
+    return ProviderResult(
+        provider=CONFIG.name,
+        model=CONFIG.model,
+        mode="live" if ok else "error",
+        status="ok" if ok else "error",
+        error=None if ok else error,
+        upstream_requests=upstream,
+    )
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch, settings: Any) -> FakeClock:
+    # A fresh LocMem cache per test (never clear() a shared Redis).
+    settings.CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.locmem.LocMemCache",
+            "LOCATION": f"breaker-{uuid.uuid4().hex}",
+        }
+    }
+    fake = FakeClock()
+    monkeypatch.setattr(breaker, "store", CircuitStore(clock=fake))
+    return fake
+
+
+def trip() -> None:
+    for _ in range(3):
+        assert breaker.allow(CONFIG)
+        breaker.observe(CONFIG, result(False))
+
+
+def test_store_opens_and_skips_then_lets_exactly_one_probe_through(clock: FakeClock) -> None:
+    trip()
+    assert not breaker.allow(CONFIG)
+    clock.advance(1.0)
+    assert breaker.allow(CONFIG)  # this call holds the probe slot
+    assert breaker.is_probe(CONFIG)
+    assert not breaker.allow(CONFIG)  # everyone else skips while the probe is out
+    assert not breaker.allow(CONFIG)
+    breaker.observe(CONFIG, result(True))
+    assert not breaker.is_probe(CONFIG)
+    assert breaker.store.load("primary", "gpt-x").phase(clock()) == CLOSED
+    assert breaker.allow(CONFIG) and not breaker.is_probe(CONFIG)
+
+
+def test_failed_probe_releases_the_slot_and_reopens_longer(clock: FakeClock) -> None:
+    trip()
+    clock.advance(1.0)
+    assert breaker.allow(CONFIG)
+    breaker.observe(CONFIG, result(False))
+    circuit = breaker.store.load("primary", "gpt-x")
+    assert circuit.phase(clock()) == OPEN and circuit.open_until == clock() + 2.0
+    clock.advance(2.0)
+    assert breaker.allow(CONFIG)  # the slot was released: the next step has its probe
+
+
+def test_a_result_without_any_upstream_request_is_not_counted(clock: FakeClock) -> None:
+    for _ in range(5):
+        breaker.observe(CONFIG, result(False, upstream=0))
+    assert breaker.store.load("primary", "gpt-x") == Circuit("primary", "gpt-x")
+    trip()
+    clock.advance(1.0)
+    assert breaker.allow(CONFIG)
+    breaker.observe(CONFIG, result(False, upstream=0))  # budget ran out before the probe
+    assert breaker.allow(CONFIG)  # slot released, state unchanged: still half-open
+
+
+def test_circuits_are_keyed_by_provider_and_model(clock: FakeClock) -> None:
+    trip()
+    other_model = CONFIG.with_model("gpt-y")
+    assert not breaker.allow(CONFIG)
+    assert breaker.allow(other_model)
+    assert breaker.allow(replace(CONFIG, name="secondary"))
+
+
+def test_the_mock_has_no_circuit(clock: FakeClock) -> None:
+    mock = ProviderConfig(name="mock", kind="mock", model="mock-1")
+    staged = replace(CONFIG, mode="mock")
+    for cfg in (mock, staged):
+        for _ in range(5):
+            breaker.observe(cfg, result(False))
+        assert breaker.allow(cfg)
+        assert breaker.store.load(cfg.name, cfg.model) == Circuit(cfg.name, cfg.model)
+
+
+def test_reset_closes_and_forgets(clock: FakeClock) -> None:
+    trip()
+    breaker.store.reset("primary", "gpt-x")
+    assert breaker.allow(CONFIG)
+    assert breaker.store.load("primary", "gpt-x").last_error_at is None
+
+
+def test_two_stores_on_one_cache_share_state(clock: FakeClock) -> None:
+    trip()
+    other_process = CircuitStore(clock=clock)
+    assert not other_process.allow(CONFIG)
+    clock.advance(1.0)
+    assert other_process.allow(CONFIG)
+    assert not breaker.allow(CONFIG)  # the other store holds the single probe slot
+
+
+@override_settings(
+    CACHES={
+        "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
+        "broken": {"BACKEND": "tests.breaker_support.BrokenCache"},
+    },
+    LLM_ROUTING={"CACHE_ALIAS": "broken"},
+)
+def test_a_failing_cache_falls_back_to_local_state_and_logs_once(
+    clock: FakeClock, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(BrokenCache, "broken", True)
+    BrokenCache._data.clear()
+    caplog.set_level(logging.INFO, logger="llm_routing.breaker")
+    for _ in range(20):
+        assert breaker.allow(CONFIG)  # never raises
+        breaker.observe(CONFIG, result(True))
+    trip()
+    assert not breaker.allow(CONFIG)  # the local state still protects this process
+    assert breaker.store.degraded
+    warnings = [r for r in caplog.records if "Circuit cache" in r.getMessage()]
+    assert len(warnings) == 1
+    assert "ConnectionError" in warnings[0].getMessage()
+    assert "s3cret" not in caplog.text  # the exception text (a URL) is not logged
+    # The cache comes back: after the retry interval the store uses it again, once more
+    # logging the change.
+    monkeypatch.setattr(BrokenCache, "broken", False)
+    monkeypatch.setattr(breaker.store, "_retry_at", 0.0)
+    assert breaker.allow(CONFIG)  # the shared cache has no open circuit
+    assert not breaker.store.degraded
+    assert "reachable again" in caplog.text
+
+
+def test_successes_on_a_clean_circuit_rewrite_health_at_most_once_a_second(
+    clock: FakeClock,
+) -> None:
+    breaker.observe(CONFIG, result(True))
+    first = clock()
+    clock.advance(0.5)
+    breaker.observe(CONFIG, result(True))
+    assert breaker.store.load("primary", "gpt-x").last_success_at == first
+    clock.advance(0.5)
+    breaker.observe(CONFIG, result(True))
+    assert breaker.store.load("primary", "gpt-x").last_success_at == clock()
+    breaker.observe(CONFIG, result(False))
+    clock.advance(0.1)
+    breaker.observe(CONFIG, result(True))  # not clean any more: written at once
+    circuit = breaker.store.load("primary", "gpt-x")
+    assert circuit.last_success_at == clock() and circuit.failures == 0
+
+
+def test_a_late_probe_does_not_free_a_slot_another_caller_holds(clock: FakeClock) -> None:
+    from django.core.cache import caches
+
+    trip()
+    clock.advance(1.0)
+    assert breaker.allow(CONFIG)
+    slot = breaker._key("primary", "gpt-x") + ":probe"
+    caches["default"].set(slot, "someone-else")  # our slot expired and was re-claimed
+    breaker.observe(CONFIG, result(False))
+    assert caches["default"].get(slot) == "someone-else"
+
+
+@pytest.mark.parametrize(
+    ("env", "backend", "location"),
+    [
+        ({"REDIS_URL": "redis://10.0.0.9:6379/3"}, "redis.RedisCache", "redis://10.0.0.9:6379/3"),
+        (
+            {"REDIS_URL": "redis://10.0.0.9:6379/3", "CACHE_URL": "locmemcache://x"},
+            "locmem.LocMemCache",
+            "x",
+        ),
+        ({}, "locmem.LocMemCache", "llm-routing"),
+    ],
+)
+def test_demo_settings_pick_the_cache_from_cache_url_or_redis_url(
+    env: dict[str, str], backend: str, location: str
+) -> None:
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    clean = {k: v for k, v in os.environ.items() if k not in {"CACHE_URL", "REDIS_URL"}}
+    code = "import json, project.settings as s; print(json.dumps(s.CACHES['default']))"
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**clean, "DEBUG": "true", **env},
+        cwd=Path(__file__).resolve().parent.parent,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    cache = json.loads(out)
+    assert cache["BACKEND"] == f"django.core.cache.backends.{backend}"
+    assert cache["LOCATION"] == location
+    if backend.startswith("redis"):
+        assert cache["OPTIONS"] == {"socket_connect_timeout": 1.0, "socket_timeout": 1.0}
