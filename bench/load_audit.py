@@ -3,13 +3,14 @@
 Two scenarios at rising concurrency, loopback only, bounded in count and time:
 
 * ``mock``        — the request names the mock provider (no upstream hop);
-* ``upstream-1s`` — the request names a provider of the bench's own OpenAI-format
-  adapter kind (bench/upstream_adapter.py, real httpx) pointed at a local fake
-  upstream (a subprocess of this script) that answers every request after 1 s.
+* ``upstream-1s`` — the request names an ``openai_compatible`` provider (the real
+  adapter) pointed at a local fake OpenAI-format upstream (a subprocess of this
+  script) that answers every request after 1 s.
 
-For each level it reports req/s, p50/p99 latency, errors, and lost rows: the routing
+For each level it reports req/s, p50/p99 latency, errors, lost rows (the routing
 decisions counted in the database must equal the 200 answers, and every answered
-``request_id`` must be in the database.
+``request_id`` must be in the database) and how many decisions the named provider
+served (a fallback to the mock would show here).
 
     .venv/bin/python bench/load_audit.py \
         --database-url postgres://postgres@127.0.0.1:5432/llm_routing_bench \
@@ -226,7 +227,7 @@ def main() -> None:
     Provider.objects.update_or_create(
         name="upstream",
         defaults={
-            "kind": "bench_openai",
+            "kind": "openai_compatible",
             "model": "bench-1",
             "base_url": f"http://127.0.0.1:{up_port}/v1",
             "api_key_env": "BENCH_UPSTREAM_KEY",
@@ -326,18 +327,21 @@ def main() -> None:
     print()
     print(
         "| scenario | concurrency | requests | req/s | p50 ms | p99 ms | errors "
-        "| answered | decisions in DB | lost rows |"
+        "| answered | decisions in DB | lost rows | served by named provider |"
     )
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in results:
         print(
             f"| {r['scenario']} | {r['concurrency']} | {r['requests']} | {r['req_per_s']} "
             f"| {r['p50_ms']} | {r['p99_ms']} | {r['errors']} | {r['answered']} "
-            f"| {r['decisions_recorded']} | {r['lost_rows']} |"
+            f"| {r['decisions_recorded']} | {r['lost_rows']} | {r['served_by_named_provider']} |"
         )
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
-    if any(r["lost_rows"] or r["errors"] for r in results):
+    if any(
+        r["lost_rows"] or r["errors"] or r["served_by_named_provider"] != r["answered"]
+        for r in results
+    ):
         sys.exit(1)
 
 
