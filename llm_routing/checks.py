@@ -5,8 +5,19 @@ id                    meaning
 ====================  ==========================================================
 llm_routing.E001      unknown key in settings.LLM_ROUTING
 llm_routing.E002      LLM_ROUTING is not a dict / a value has the wrong type
+llm_routing.E003      a provider row has an unknown kind
+llm_routing.E004      a provider's api_key_env fails validation (pattern, deny-list)
+llm_routing.W001      an enabled provider's key variable is missing (unset/empty)
+llm_routing.W002      a chain has no enabled entry with an enabled provider
+llm_routing.I001      no default chain in the database and no DEFAULT_CHAIN setting
 llm_routing.W010      httpx / httpcore debug logging is on (it logs request headers)
 ====================  ==========================================================
+
+E003, E004, W001, W002 and I001 read the configuration rows. They are registered with
+the ``database`` tag, so they run on ``manage.py check --database default``, before
+``migrate`` applies migrations (they skip silently while the tables do not exist yet)
+and in ``manage.py llm_routing_check``; plain ``manage.py check`` never opens a
+database connection for them.
 """
 
 from __future__ import annotations
@@ -16,11 +27,18 @@ from collections.abc import Callable
 from typing import Any
 
 from django.core import checks
-from django.core.exceptions import ImproperlyConfigured
+from django.core.exceptions import ImproperlyConfigured, ValidationError
+from django.db import DatabaseError, connections, router
 
 from .conf import DEFAULTS, routing_settings
 
-__all__ = ["MESSAGES", "check_http_debug_logging", "check_settings"]
+__all__ = [
+    "MESSAGES",
+    "check_configuration_rows",
+    "check_http_debug_logging",
+    "check_settings",
+    "requires_key",
+]
 
 MESSAGES: dict[str, tuple[str, str]] = {
     "E001": (
@@ -30,6 +48,32 @@ MESSAGES: dict[str, tuple[str, str]] = {
     "E002": (
         "LLM_ROUTING is malformed: {detail}.",
         "LLM_ROUTING must be a dict; see docs/configuration.md for each key's type.",
+    ),
+    "E003": (
+        "Provider {name!r} has the unknown kind {kind!r}.",
+        "Use a built-in kind ({known}) or register the adapter in "
+        "LLM_ROUTING['PROVIDER_KINDS']. The router skips this provider (unknown_provider).",
+    ),
+    "E004": (
+        "Provider {name!r} has an invalid key variable name: {detail}",
+        "api_key_env holds the NAME of an environment variable (A-Z, 0-9, _), never the key, "
+        "and may not name a deployment secret such as SECRET_KEY or DATABASE_URL.",
+    ),
+    "W001": (
+        "Provider {name!r} is enabled but {problem}.",
+        "Set the variable in the environment of every web and worker process, or disable "
+        "the provider. Until then the router skips it (missing_key).",
+    ),
+    "W002": (
+        "Chain {name!r} has no enabled entry with an enabled provider{detail}.",
+        "Enable an entry (or its provider) in the admin, or add one; until then every "
+        "request routed to this chain is answered by the mock backstop.",
+    ),
+    "I001": (
+        "No default chain is configured.",
+        "Mark a chain as default in the admin, or set LLM_ROUTING['DEFAULT_CHAIN'] (the demo "
+        "project reads LLM_PROVIDER_CHAIN). Requests that match no rule are answered by the "
+        "mock backstop.",
     ),
     "W010": (
         "Debug logging is enabled for {loggers}: request lines and headers of provider "
@@ -79,6 +123,89 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
         except ImproperlyConfigured as exc:
             errors.append(_message(checks.Error, "E002", detail=str(exc).rstrip(".")))
     return errors
+
+
+def _tables_exist(alias: str, *tables: str) -> bool:
+    try:
+        with connections[alias].cursor() as cursor:
+            existing = set(connections[alias].introspection.table_names(cursor))
+    except DatabaseError:
+        return False
+    return set(tables) <= existing
+
+
+@checks.register(checks.Tags.database)
+def check_configuration_rows(
+    app_configs: Any = None, databases: Any = None, **kwargs: Any
+) -> list[checks.CheckMessage]:
+    """Checks over Provider/Chain rows: E003, E004, W001, W002, I001."""
+    from .models import Chain, ChainEntry, Provider
+
+    alias = router.db_for_read(Provider) or "default"
+    if not databases or alias not in databases:
+        return []
+    if not _tables_exist(
+        alias, Provider._meta.db_table, Chain._meta.db_table, ChainEntry._meta.db_table
+    ):
+        return []  # before migrate
+    messages: list[checks.CheckMessage] = []
+    try:
+        providers = list(Provider.objects.using(alias).order_by("name"))
+        for provider in providers:
+            messages.extend(_provider_messages(provider))
+        for chain in (
+            Chain.objects.using(alias).order_by("name").prefetch_related("entries__provider")
+        ):
+            usable = [e for e in chain.entries.all() if e.enabled and e.provider.enabled]
+            if not usable:
+                detail = "" if chain.entries.all() else " (it has no entries)"
+                messages.append(_message(checks.Warning, "W002", name=chain.name, detail=detail))
+        has_default = Chain.objects.using(alias).filter(is_default=True).exists()
+    except DatabaseError:
+        return messages
+    if not has_default and not routing_settings.DEFAULT_CHAIN:
+        messages.append(_message(checks.Info, "I001"))
+    return messages
+
+
+def _provider_messages(provider: Any) -> list[checks.CheckMessage]:
+    from .providers.registry import is_known_kind, known_kinds
+    from .validators import validate_api_key_env
+
+    if not is_known_kind(provider.kind):
+        return [
+            _message(
+                checks.Error,
+                "E003",
+                name=provider.name,
+                kind=provider.kind,
+                known=", ".join(known_kinds()),
+            )
+        ]
+    try:
+        validate_api_key_env(provider.api_key_env)
+    except ValidationError as exc:
+        detail = " ".join(str(m) for m in exc.messages)
+        return [_message(checks.Error, "E004", name=provider.name, detail=detail)]
+    if not provider.enabled or provider.mode == "mock":
+        return []
+    if not requires_key(provider.kind) or provider.key_present:
+        return []
+    if provider.api_key_env:
+        problem = f"its key variable {provider.api_key_env} is unset or empty"
+    else:
+        problem = "it names no key variable (api_key_env is empty)"
+    return [_message(checks.Warning, "W001", name=provider.name, problem=problem)]
+
+
+def requires_key(kind: str) -> bool:
+    """Whether the adapter of ``kind`` needs a key (True when it cannot be imported)."""
+    from .providers.registry import get_adapter_class
+
+    try:
+        return bool(get_adapter_class(kind).requires_key)
+    except ImproperlyConfigured:
+        return True  # the BaseProvider default; import errors surface on use
 
 
 @checks.register(checks.Tags.security)

@@ -43,7 +43,7 @@ from django.utils import timezone
 from .conf import routing_settings
 from .models import AuditJob
 from .recorder import record
-from .router import route
+from .service import execute
 from .types import AuditRequest
 
 __all__ = [
@@ -153,7 +153,7 @@ def claim_job(
 
 
 def _request_from_payload(payload: Any) -> AuditRequest:
-    from .service import build_request
+    from .service import build_request  # imports the API serializers: keep it lazy
 
     if not isinstance(payload, dict):
         raise ValidationError("The job has no payload.")
@@ -179,7 +179,7 @@ def run_job(job_id: uuid.UUID | str) -> RunOutcome:
         _fail(job.pk, token, "invalid_payload", "The stored request is no longer valid.")
         return RunOutcome("failed")
     try:
-        routed = route(request, request_id=str(job.pk), persist=False)
+        routed = execute(request, request_id=str(job.pk), persist=False)
     except Exception:
         logger.exception("Routing audit job %s failed", job.pk)
         _fail(job.pk, token, "internal", "The job could not be routed.")

@@ -9,7 +9,7 @@ from django.core.exceptions import ValidationError
 from .router import route
 from .types import AuditRequest, RoutingResult
 
-__all__ = ["audit", "build_request"]
+__all__ = ["audit", "build_request", "execute"]
 
 
 def build_request(**kwargs: Any) -> AuditRequest:
@@ -24,5 +24,15 @@ def build_request(**kwargs: Any) -> AuditRequest:
     return serializer.to_request()
 
 
+def execute(
+    request: AuditRequest, *, request_id: str | None = None, persist: bool = True
+) -> RoutingResult:
+    """Route one already-validated request: the single entry point of the HTTP view,
+    the Python API and the Celery task. ``persist=False`` leaves the recording to the
+    caller (async jobs record the decision in the transaction that finishes the job)."""
+    return route(request, request_id=request_id, persist=persist)
+
+
 def audit(**kwargs: Any) -> RoutingResult:
-    return route(build_request(**kwargs))
+    """Validate keyword arguments like ``POST /audit/`` does, then :func:`execute`."""
+    return execute(build_request(**kwargs))

@@ -6,9 +6,12 @@ Embedded defaults: SQLite, LocMem cache, no broker. Every variable is documented
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import environ
+
+from project.env_bootstrap import routing_from_env
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -126,7 +129,8 @@ SPECTACULAR_SETTINGS = {
 }
 
 LLM_ROUTING = {
-    "DEFAULT_CHAIN": env.list("LLM_PROVIDER_CHAIN", default=[]),
+    # DEFAULT_CHAIN and ROUTES from LLM_PROVIDER_CHAIN / LLM_PROVIDER / LLM_ROUTING_RULES.
+    **routing_from_env(os.environ),
     "RETENTION_DAYS": env.float("LLM_ROUTING_RETENTION_DAYS", default=30),
     "RETENTION_BATCH_SIZE": env.int("LLM_ROUTING_RETENTION_BATCH_SIZE", default=1000),
     "API_THROTTLE_RATES": {

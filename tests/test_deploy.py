@@ -110,6 +110,10 @@ def test_env_example_documents_every_variable_the_settings_read() -> None:
     read |= set(
         re.findall(r'os\.environ\.get\("([A-Z0-9_]+)"', (ROOT / "gunicorn.conf.py").read_text())
     )
+    # The routing seeds parsed by project/env_bootstrap.py (LLM_PROVIDER_CHAIN …).
+    read |= set(
+        re.findall(r'_VAR = "([A-Z0-9_]+)"', (ROOT / "project/env_bootstrap.py").read_text())
+    )
     documented = set(re.findall(r"^#? ?([A-Z0-9_]+)=", (ROOT / ".env.example").read_text(), re.M))
-    assert {"DATABASE_URL", "CELERY_BROKER_URL", "GUNICORN_BIND"} <= read
+    assert {"DATABASE_URL", "CELERY_BROKER_URL", "GUNICORN_BIND", "LLM_ROUTING_RULES"} <= read
     assert read - documented == set()

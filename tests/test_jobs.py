@@ -9,7 +9,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.utils import timezone
 
-from llm_routing import jobs
+from llm_routing import jobs, service
 from llm_routing.models import Attempt, AuditJob, RoutingDecision
 from llm_routing.signals import before_provider_call
 from llm_routing.tasks import run_audit_job
@@ -177,3 +177,19 @@ def test_requeue_stale_jobs_runs_lost_ones_only(job: AuditJob) -> None:
     fresh.refresh_from_db()
     assert job.status == AuditJob.Status.DONE
     assert fresh.status == AuditJob.Status.PENDING
+
+
+def test_jobs_route_through_the_single_service_entry_point(
+    job: AuditJob, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: list[dict[str, Any]] = []
+    real = service.execute
+
+    def spy(request: Any, **kwargs: Any) -> Any:
+        seen.append(kwargs)
+        return real(request, **kwargs)
+
+    monkeypatch.setattr(jobs, "execute", spy)
+    assert jobs.run_job(job.pk).state == "done"
+    assert seen == [{"request_id": str(job.pk), "persist": False}]
+    assert RoutingDecision.objects.filter(request_id=job.pk).count() == 1

@@ -27,7 +27,8 @@ from rest_framework.response import Response
 
 from ..conf import routing_settings
 from ..models import Chain, Provider, RoutingRule
-from ..router import route, route_stream
+from ..router import route_stream
+from ..service import execute
 from ..types import (
     AuditRequest,
     RoutingResult,
@@ -253,7 +254,7 @@ class ChatCompletionsView(OpenAIErrorsMixin, RoutingAPIView):
         opts = serializer.validated_data.get("stream_options") or {}
         if audit_request.stream:
             return self._stream(audit_request, include_usage=bool(opts.get("include_usage")))
-        routed = route(audit_request)
+        routed = execute(audit_request)
         if routed.result.status != "ok":
             return _error_response(routed)
         result = routed.result

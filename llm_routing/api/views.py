@@ -1,4 +1,5 @@
-"""HTTP views: no routing logic here — they validate, call the router, shape the answer."""
+"""HTTP views: no routing logic here — they validate, call :func:`llm_routing.service.execute`
+(the same function as the Python API), shape the answer."""
 
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ from rest_framework.views import APIView
 from ..conf import routing_settings
 from ..models import Provider
 from ..resilience import breaker
-from ..router import route, route_stream
+from ..router import route_stream
+from ..service import execute
 from ..types import AuditRequest, StreamChunk, StreamFailure, StreamResult
 from .parsers import LimitedJSONParser
 from .serializers import AuditRequestSerializer, AuditResponseSerializer
@@ -72,7 +74,7 @@ class AuditView(RoutingAPIView):
             for name, value in SSE_HEADERS.items():
                 response[name] = value
             return response
-        routed = route(audit_request)
+        routed = execute(audit_request)
         return Response(routed.to_dict(), headers={"X-Request-ID": routed.request_id})
 
 
