@@ -49,6 +49,7 @@ from .types import AuditRequest
 __all__ = [
     "PAYLOAD_FIELDS",
     "RunOutcome",
+    "celery_installed",
     "claim_job",
     "enqueue",
     "job_payload",
@@ -102,10 +103,18 @@ def submit(*, owner: Any, validated: dict[str, Any]) -> AuditJob:
     return job
 
 
+def celery_installed() -> bool:
+    """Whether Celery can be imported (it is an optional extra of the app)."""
+    try:
+        return importlib.util.find_spec("celery") is not None
+    except (ImportError, ValueError):  # ValueError: sys.modules["celery"] is None
+        return False
+
+
 def enqueue(job_id: uuid.UUID | str) -> None:
     """Hand the job to Celery (eager when no broker is configured); without Celery
     installed, run it here. A queue that cannot be reached fails the job clearly."""
-    if importlib.util.find_spec("celery") is None:
+    if not celery_installed():
         run_job(job_id)
         return
     from .tasks import run_audit_job

@@ -160,10 +160,7 @@ def test_unreachable_queue_fails_the_job_clearly(
 def test_without_celery_the_job_runs_in_process(
     job: AuditJob, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real = jobs.importlib.util.find_spec
-    monkeypatch.setattr(
-        jobs.importlib.util, "find_spec", lambda name: None if name == "celery" else real(name)
-    )
+    monkeypatch.setattr(jobs, "celery_installed", lambda: False)
     jobs.enqueue(job.pk)
     job.refresh_from_db()
     assert job.status == AuditJob.Status.DONE
@@ -193,3 +190,46 @@ def test_jobs_route_through_the_single_service_entry_point(
     assert jobs.run_job(job.pk).state == "done"
     assert seen == [{"request_id": str(job.pk), "persist": False}]
     assert RoutingDecision.objects.filter(request_id=job.pk).count() == 1
+
+
+WITHOUT_CELERY = """
+import json, os, sys
+sys.modules["celery"] = None  # importing celery now raises ImportError
+os.environ.update(DJANGO_SETTINGS_MODULE="tests.settings", DATABASE_URL="sqlite://:memory:")
+import django
+django.setup()
+from django.contrib.auth import get_user_model
+from django.core.management import call_command
+from rest_framework.test import APIClient
+call_command("migrate", verbosity=0)
+client = APIClient()
+client.force_authenticate(get_user_model().objects.create_user("nocelery"))
+body = {"task": "summarize", "input_text": "x", "async": True}
+submitted = client.post("/audit/", body, format="json")
+polled = client.get(submitted.json()["status_url"]).json()
+print(json.dumps({"code": submitted.status_code, "status": polled["status"],
+                  "provider": polled["result"]["provider"],
+                  "celery": sys.modules.get("celery") is not None}))
+"""
+
+
+def test_the_app_runs_async_jobs_without_celery_installed() -> None:
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    env = {"PATH": "/usr/bin:/bin", "SECRET_KEY": "x" * 60, "ALLOWED_HOSTS": "testserver"}
+    result = subprocess.run(
+        [sys.executable, "-c", WITHOUT_CELERY],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    shown = json.loads(result.stdout.strip().splitlines()[-1])
+    assert shown == {"code": 202, "status": "done", "provider": "mock", "celery": False}
