@@ -65,7 +65,8 @@ def test(args: list[str]) -> None:
     python = ensure_venv()
     if "--services" in args:
         args = [a for a in args if a != "--services"]
-        marker = ["-m", "services"]
+        # PostgreSQL + Redis settings, and the API modules marked "services" too.
+        marker = ["-p", "tests.services_plugin", "-m", "services"]
     else:
         marker = ["-m", "not services and not live"]
     run([str(python), "-m", "pytest", *marker, *args])

@@ -10,7 +10,15 @@ from django.db.models import Model, QuerySet
 from django.http import HttpRequest
 from django.utils.html import format_html
 
-from .models import Attempt, Chain, ChainEntry, Provider, RoutingDecision, RoutingRule
+from .models import (
+    Attempt,
+    AuditJob,
+    Chain,
+    ChainEntry,
+    Provider,
+    RoutingDecision,
+    RoutingRule,
+)
 from .resilience import breaker
 
 _M = TypeVar("_M", bound=Model)
@@ -229,3 +237,30 @@ class AttemptAdmin(ReadOnlyMixin, admin.ModelAdmin):
             _search_by_request_id(queryset, search_term, "decision__request_id", "provider"),
             False,
         )
+
+
+AUDIT_JOB_FIELDS = (
+    "id",
+    "owner",
+    "task",
+    "status",
+    "request_id",
+    "claims",
+    "lease_expires_at",
+    "error",
+    "created_at",
+    "started_at",
+    "finished_at",
+)
+
+
+@admin.register(AuditJob)
+class AuditJobAdmin(ReadOnlyMixin, admin.ModelAdmin):
+    """Async jobs: state only. The stored payload (raw input) is never shown."""
+
+    list_display = ["created_at", "id", "owner", "task", "status", "claims", "finished_at"]
+    list_filter = ["status", "created_at"]
+    list_select_related = ["owner"]
+    date_hierarchy = "created_at"
+    fields = AUDIT_JOB_FIELDS
+    readonly_fields = AUDIT_JOB_FIELDS

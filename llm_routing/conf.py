@@ -101,6 +101,14 @@ DEFAULTS: dict[str, Any] = {
     "API_THROTTLE_RATES": {"user": "120/min", "anon": "10/min"},
     # --- retention --------------------------------------------------------------------
     "RETENTION_DAYS": 30,
+    # --- jobs and retention (issue 6) ---------------------------------------------------
+    # Rows deleted per transaction by the retention purge (task and management command).
+    "RETENTION_BATCH_SIZE": 1000,
+    # A running async job is re-claimable once REQUEST_DEADLINE_S + this has passed
+    # since its claim (its worker is then presumed dead).
+    "JOB_LEASE_GRACE_S": 30.0,
+    # Claims of one async job before it is marked failed (poison-message guard).
+    "JOB_MAX_CLAIMS": 3,
 }
 
 

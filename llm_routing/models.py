@@ -13,6 +13,7 @@ import os
 import uuid
 from typing import Any
 
+from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import Q
@@ -22,6 +23,7 @@ from .validators import validate_api_key_env, validate_base_url
 
 __all__ = [
     "Attempt",
+    "AuditJob",
     "Chain",
     "ChainEntry",
     "Provider",
@@ -275,3 +277,49 @@ class Attempt(models.Model):
 
     def __str__(self) -> str:
         return f"{self.decision_id}#{self.index} {self.provider} {self.outcome}"
+
+
+class AuditJob(models.Model):
+    """One asynchronous ``POST /audit/`` (``"async": true``), run by a Celery worker.
+
+    ``payload`` holds the validated request only while the job is unfinished and is
+    nulled when it finishes; ``result`` holds the same envelope the synchronous path
+    answers. The routing decision of a job reuses the job's id as its ``request_id``,
+    so a job can never be logged twice. State changes go through :mod:`llm_routing.jobs`.
+    """
+
+    class Status(models.TextChoices):
+        PENDING = "pending", "pending"
+        RUNNING = "running", "running"
+        DONE = "done", "done"
+        FAILED = "failed", "failed"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="llm_routing_jobs"
+    )
+    status = models.CharField(
+        max_length=8, choices=Status.choices, default=Status.PENDING, db_index=True
+    )
+    task = models.CharField(max_length=64)
+    payload = models.JSONField(null=True, blank=True, editable=False)
+    result = models.JSONField(null=True, blank=True, editable=False)
+    error = models.JSONField(null=True, blank=True, editable=False)
+    request_id = models.UUIDField(null=True, blank=True, editable=False)
+    claims = models.PositiveSmallIntegerField(default=0, editable=False)
+    claim_token = models.UUIDField(null=True, blank=True, editable=False)
+    lease_expires_at = models.DateTimeField(null=True, blank=True, editable=False)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        get_latest_by = "created_at"
+
+    def __str__(self) -> str:
+        return f"{self.id} ({self.status})"
+
+    @property
+    def finished(self) -> bool:
+        return self.status in {self.Status.DONE, self.Status.FAILED}

@@ -24,10 +24,13 @@ def build_request(**kwargs: Any) -> AuditRequest:
     return serializer.to_request()
 
 
-def execute(request: AuditRequest, *, request_id: str | None = None) -> RoutingResult:
+def execute(
+    request: AuditRequest, *, request_id: str | None = None, persist: bool = True
+) -> RoutingResult:
     """Route one already-validated request: the single entry point of the HTTP view,
-    the Python API and the Celery task."""
-    return route(request, request_id=request_id)
+    the Python API and the Celery task. ``persist=False`` leaves the recording to the
+    caller (async jobs record the decision in the transaction that finishes the job)."""
+    return route(request, request_id=request_id, persist=persist)
 
 
 def audit(**kwargs: Any) -> RoutingResult:

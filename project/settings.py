@@ -131,9 +131,38 @@ SPECTACULAR_SETTINGS = {
 LLM_ROUTING = {
     # DEFAULT_CHAIN and ROUTES from LLM_PROVIDER_CHAIN / LLM_PROVIDER / LLM_ROUTING_RULES.
     **routing_from_env(os.environ),
+    "RETENTION_DAYS": env.float("LLM_ROUTING_RETENTION_DAYS", default=30),
+    "RETENTION_BATCH_SIZE": env.int("LLM_ROUTING_RETENTION_BATCH_SIZE", default=1000),
     "API_THROTTLE_RATES": {
         "user": env.str("LLM_ROUTING_USER_RATE", default="120/min"),
         "anon": env.str("LLM_ROUTING_ANON_RATE", default="10/min"),
+    },
+}
+
+# --- Celery: async audit jobs and retention (issue 6) --------------------------------
+# No broker configured → tasks run eagerly in the web process (the embedded mode).
+CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default="")
+CELERY_TASK_ALWAYS_EAGER = not CELERY_BROKER_URL
+CELERY_TASK_DEFAULT_QUEUE = env.str("CELERY_TASK_DEFAULT_QUEUE", default="llm_routing")
+CELERY_TASK_ACKS_LATE = True  # acknowledge after the task ran …
+CELERY_TASK_REJECT_ON_WORKER_LOST = True  # … and redeliver when its worker died
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_IGNORE_RESULT = True  # job state lives in the AuditJob row, not a backend
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# Redis broker only: an unacknowledged message is redelivered after this many seconds.
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    "visibility_timeout": env.int("CELERY_VISIBILITY_TIMEOUT", default=3600)
+}
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+CELERY_TIMEZONE = TIME_ZONE
+CELERY_BEAT_SCHEDULE = {
+    "llm-routing-purge": {
+        "task": "llm_routing.purge_routing_logs",
+        "schedule": env.float("LLM_ROUTING_PURGE_EVERY_S", default=3600.0),
+    },
+    "llm-routing-requeue-stale-jobs": {
+        "task": "llm_routing.requeue_stale_jobs",
+        "schedule": env.float("LLM_ROUTING_REQUEUE_EVERY_S", default=300.0),
     },
 }
 

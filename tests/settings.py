@@ -10,3 +10,7 @@ from project.settings import *  # noqa: F403
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 LLM_ROUTING = {"DEFAULT_CHAIN": []}
+
+# The embedded suite never talks to a broker, whatever the environment says.
+CELERY_BROKER_URL = ""
+CELERY_TASK_ALWAYS_EAGER = True

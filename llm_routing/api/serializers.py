@@ -141,10 +141,8 @@ class AuditRequestSerializer(serializers.Serializer):
         return value
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
-        if attrs.get("async"):
-            raise serializers.ValidationError(
-                {"async": ["Async jobs are not available in this version."]}
-            )
+        if attrs.get("async") and attrs.get("stream"):
+            raise serializers.ValidationError({"async": ["Use either stream or async, not both."]})
         if attrs.get("force_provider") and attrs.get("provider"):
             raise serializers.ValidationError(
                 {"force_provider": ["Use either provider or force_provider, not both."]}

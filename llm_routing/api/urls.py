@@ -3,6 +3,7 @@ from __future__ import annotations
 from django.urls import path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
+from .job_views import AuditJobView
 from .openai_compat import ChatCompletionsView, ModelsView
 from .views import AuditView, HealthView
 
@@ -10,6 +11,7 @@ app_name = "llm_routing"
 
 urlpatterns = [
     path("audit/", AuditView.as_view(), name="audit"),
+    path("audit/jobs/<str:job_id>/", AuditJobView.as_view(), name="audit-job"),
     path("health/", HealthView.as_view(), name="health"),
     path("v1/chat/completions", ChatCompletionsView.as_view(), name="chat-completions"),
     path("v1/models", ModelsView.as_view(), name="models"),

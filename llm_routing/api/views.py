@@ -51,6 +51,7 @@ class AuditView(RoutingAPIView):
         request=AuditRequestSerializer,
         responses={
             200: AuditResponseSerializer,
+            202: OpenApiResponse(description='"async": true — the job id and its status URL.'),
             400: OpenApiResponse(description="Invalid input: DRF field errors."),
             401: OpenApiResponse(description="Not authenticated."),
             413: OpenApiResponse(description="Request body too large."),
@@ -61,6 +62,10 @@ class AuditView(RoutingAPIView):
     def post(self, request: Request) -> Response | StreamingHttpResponse:
         serializer = AuditRequestSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
+        if serializer.validated_data.get("async"):
+            from .job_views import submit_job
+
+            return submit_job(request, serializer.validated_data)
         audit_request = serializer.to_request()
         if audit_request.stream:
             response = StreamingHttpResponse(
