@@ -130,6 +130,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=50)
     parser.add_argument("--interval", type=float, default=0.1)
     parser.add_argument("--database-url", default="")
+    parser.add_argument("--gunicorn-timeout", type=int, default=120)
     parser.add_argument("--write", action="store_true", help="update docs/streaming.md")
     args = parser.parse_args()
     if any(n < 1 or n > args.max_n for n in args.n):
@@ -199,7 +200,7 @@ def main() -> None:
             "--bind",
             f"127.0.0.1:{port}",
             "--timeout",
-            "120",
+            str(args.gunicorn_timeout),
             "--log-level",
             "warning",
         ],
