@@ -289,7 +289,7 @@ class HttpProvider(BaseProvider):
                 _set_body_read_timeout(response, min(max(first_token, idle), overall))
                 skipped = 0
                 for event in EventSource(response).iter_sse():
-                    clock.check()
+                    clock.waiting()  # an event is not silence: the idle clock restarts
                     if response.num_bytes_downloaded > limit:
                         raise ResponseError(
                             f"The provider's stream is larger than {limit} bytes.",
