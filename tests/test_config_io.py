@@ -426,7 +426,8 @@ def test_round_trip_on_postgresql(tmp_path: Path) -> None:
     from psycopg import sql
 
     admin_url = os.environ.get("LLMR_PG_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
-    db_name = os.environ.get("LLMR_CONFIG_IO_DB", "llm_routing_config_io")
+    # One database per run, so concurrent runs on a shared server never collide.
+    db_name = os.environ.get("LLMR_CONFIG_IO_DB", f"llm_routing_config_io_{os.getpid()}")
     with psycopg.connect(admin_url, autocommit=True) as conn:
         conn.execute(sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(db_name)))
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(db_name)))
