@@ -214,18 +214,7 @@ class RoutingDecisionAdmin(ReadOnlyMixin, admin.ModelAdmin):
 
 @admin.register(Attempt)
 class AttemptAdmin(ReadOnlyMixin, admin.ModelAdmin):
-    list_display = [
-        "decision",
-        "index",
-        "provider",
-        "model",
-        "outcome",
-        "reason",
-        "http_status",
-        "retries",
-        "latency_ms",
-        "served",
-    ]
+    list_display = ["decision", *ATTEMPT_FIELDS]
     list_filter = ["outcome", "provider", "served", "decision__created_at"]
     search_fields = ["=decision__request_id"]
     list_select_related = ["decision"]

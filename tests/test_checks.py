@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,6 +10,8 @@ from django.test import override_settings
 
 from llm_routing.checks import MESSAGES, check_configuration_rows, check_settings
 from llm_routing.models import Chain, ChainEntry, Provider
+
+from .support import clean_env, manage
 
 ROOT = Path(__file__).resolve().parent.parent
 KEY_VAR = "LLMR_I7_TEST_KEY"
@@ -160,43 +159,17 @@ def test_row_checks_are_database_tagged(django_assert_num_queries) -> None:  # t
 
 def test_check_and_migrate_work_on_an_empty_database(tmp_path: Path) -> None:
     """`check --database default` and `migrate` run the row checks before any table exists."""
-    env = {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "project.settings",
-        "DATABASE_URL": f"sqlite:///{tmp_path / 'fresh.sqlite3'}",
-        "DEBUG": "true",
-    }
-    env.pop("LLM_PROVIDER_CHAIN", None)
-    check = subprocess.run(
-        [sys.executable, "manage.py", "check", "--database", "default"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
+    env = clean_env(
+        DJANGO_SETTINGS_MODULE="project.settings",
+        DATABASE_URL=f"sqlite:///{tmp_path / 'fresh.sqlite3'}",
+        DEBUG="true",
     )
+    check = manage("check", "--database", "default", env=env)
     assert check.returncode == 0, check.stderr
     assert "Traceback" not in check.stderr
     assert "llm_routing.I001" not in check.stderr  # no tables yet: the row checks skip
-    migrate = subprocess.run(
-        [sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    migrate = manage("migrate", "--noinput", "-v", "0", env=env)
     assert migrate.returncode == 0, migrate.stderr
-    after = subprocess.run(
-        [sys.executable, "manage.py", "check", "--database", "default"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    after = manage("check", "--database", "default", env=env)
     assert after.returncode == 0, after.stderr
     assert "llm_routing.I001" in after.stderr  # the tables exist now, and are empty

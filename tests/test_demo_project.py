@@ -3,10 +3,6 @@
 from __future__ import annotations
 
 import io
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 from django.core.management import call_command
@@ -15,7 +11,7 @@ from rest_framework.authtoken.models import Token
 
 from llm_routing.models import Chain, ChainEntry, Provider, RoutingRule
 
-ROOT = Path(__file__).resolve().parent.parent
+from .support import clean_env, manage
 
 
 @pytest.mark.django_db
@@ -38,46 +34,9 @@ def test_seed_demo_is_idempotent_and_prints_curl_only_in_debug():
     assert "Token" not in quiet.getvalue()
 
 
-def test_check_deploy_is_clean_with_production_environment():
-    env = {
-        k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "DATABASE_", "CACHE_"))
-    }
-    env.update(
-        DJANGO_SETTINGS_MODULE="project.settings",
-        DEBUG="false",
-        SECRET_KEY="a-long-random-production-secret-" + "x7Q9#kL2" * 6,
-        ALLOWED_HOSTS="llm.example.com",
-        SECURE_SSL_REDIRECT="true",
-        SECURE_HSTS_SECONDS="31536000",
-        SECURE_HSTS_INCLUDE_SUBDOMAINS="true",
-        SECURE_HSTS_PRELOAD="true",
-        SESSION_COOKIE_SECURE="true",
-        CSRF_COOKIE_SECURE="true",
-    )
-    result = subprocess.run(
-        [sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert "no issues" in result.stdout
-
-
 def test_settings_refuse_to_start_without_secret_key_when_not_debug():
-    env = {k: v for k, v in os.environ.items() if k not in {"SECRET_KEY", "DJANGO_SETTINGS_MODULE"}}
-    env.update(DEBUG="false", DJANGO_SETTINGS_MODULE="project.settings")
-    result = subprocess.run(
-        [sys.executable, "manage.py", "check"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
+    result = manage(
+        "check", env=clean_env(DEBUG="false", DJANGO_SETTINGS_MODULE="project.settings")
     )
     assert result.returncode != 0
     assert "SECRET_KEY must be set" in result.stderr

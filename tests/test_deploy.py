@@ -4,12 +4,8 @@ is clean, and the Celery/cache settings follow the environment."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from .support import ROOT, clean_env, manage, python
 
 PRODUCTION_ENV = {
     "DEBUG": "false",
@@ -30,38 +26,16 @@ PRODUCTION_ENV = {
 }
 
 
-def _clean_env(**extra: str) -> dict[str, str]:
-    keep = {"PATH", "HOME", "LANG", "LC_ALL", "SYSTEMROOT", "TMPDIR"}
-    env = {k: v for k, v in os.environ.items() if k in keep}
-    env.update(extra)
-    return env
-
-
-def _run(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-
-
 def test_check_deploy_is_clean_under_production_env() -> None:
-    result = _run(
-        ["manage.py", "check", "--deploy", "--fail-level", "WARNING"],
-        _clean_env(**PRODUCTION_ENV),
-    )
+    result = manage("check", "--deploy", "--fail-level", "WARNING", env=clean_env(**PRODUCTION_ENV))
     assert result.returncode == 0, result.stdout + result.stderr
     assert "System check identified no issues" in result.stdout
 
 
 def test_check_deploy_flags_the_embedded_defaults() -> None:
     # The same command without the hardening variables fails: the test can fail.
-    env = _clean_env(DEBUG="false", SECRET_KEY=PRODUCTION_ENV["SECRET_KEY"])
-    result = _run(["manage.py", "check", "--deploy", "--fail-level", "WARNING"], env)
+    env = clean_env(DEBUG="false", SECRET_KEY=PRODUCTION_ENV["SECRET_KEY"])
+    result = manage("check", "--deploy", "--fail-level", "WARNING", env=env)
     assert result.returncode != 0
     assert "security.W004" in result.stderr  # SECURE_HSTS_SECONDS
 
@@ -80,8 +54,8 @@ SHOW = (
 
 
 def test_production_env_selects_postgres_redis_and_a_real_broker() -> None:
-    env = _clean_env(**PRODUCTION_ENV, DJANGO_SETTINGS_MODULE="project.settings")
-    result = _run(["-c", SHOW], env)
+    env = clean_env(**PRODUCTION_ENV, DJANGO_SETTINGS_MODULE="project.settings")
+    result = python("-c", SHOW, env=env)
     assert result.returncode == 0, result.stderr
     shown = json.loads(result.stdout)
     assert shown["db"] == "django.db.backends.postgresql"
@@ -94,8 +68,8 @@ def test_production_env_selects_postgres_redis_and_a_real_broker() -> None:
 
 
 def test_embedded_defaults_are_sqlite_locmem_and_eager_celery() -> None:
-    env = _clean_env(DEBUG="true", DJANGO_SETTINGS_MODULE="project.settings")
-    shown = json.loads(_run(["-c", SHOW], env).stdout)
+    env = clean_env(DEBUG="true", DJANGO_SETTINGS_MODULE="project.settings")
+    shown = json.loads(python("-c", SHOW, env=env).stdout)
     assert shown["db"] == "django.db.backends.sqlite3"
     assert shown["cache"] == "django.core.cache.backends.locmem.LocMemCache"
     assert shown["eager"] is True

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +12,8 @@ from django.test import override_settings
 from llm_routing import audit
 from llm_routing.models import Chain, ChainEntry, Provider, RoutingRule
 from project.env_bootstrap import parse_provider_list, parse_routes, routing_from_env
+
+from .support import clean_env, manage
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -81,21 +80,12 @@ def test_malformed_values_name_the_variable_and_the_bad_part(
 
 
 def test_malformed_value_fails_at_startup() -> None:
-    env = {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "project.settings",
-        "DEBUG": "true",
-        "LLM_ROUTING_RULES": "vision=openai;cheap",
-    }
-    proc = subprocess.run(
-        [sys.executable, "manage.py", "check"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
+    env = clean_env(
+        DJANGO_SETTINGS_MODULE="project.settings",
+        DEBUG="true",
+        LLM_ROUTING_RULES="vision=openai;cheap",
     )
+    proc = manage("check", env=env)
     assert proc.returncode != 0
     assert "ImproperlyConfigured: LLM_ROUTING_RULES: expected route=provider" in proc.stderr
     assert "(bad part: 'cheap')" in proc.stderr

@@ -196,16 +196,22 @@ class HttpProvider(BaseProvider):
         status, response_headers, body = self.send(
             self.endpoint(request), headers, payload, timeouts, deadline
         )
+        result = self.parse_answer(request, status, response_headers, body)
+        return replace(result, latency_ms=(time.perf_counter() - started) * 1000)
+
+    def parse_answer(
+        self, request: AuditRequest, status: int, headers: httpx.Headers, body: bytes
+    ) -> ProviderResult:
+        """A whole (non-streamed) answer: raise its classified error, or parse it."""
         if status >= 400:
-            raise self.error_from_response(status, response_headers, body)
+            raise self.error_from_response(status, headers, body)
         if status != 200:
             raise ResponseError(
                 f"The provider answered HTTP {status} instead of 200.", http_status=status
             )
         data = self.decode(body)
         self.raise_for_error_body(data)
-        result = self.parse(data, request)
-        return replace(result, latency_ms=(time.perf_counter() - started) * 1000)
+        return self.parse(data, request)
 
     def send(
         self,
@@ -347,15 +353,7 @@ class HttpProvider(BaseProvider):
         self, request: AuditRequest, status: int, headers: httpx.Headers, body: bytes
     ) -> Iterator[StreamEvent]:
         """An error status, or a 200 that is not SSE (a server ignoring ``stream``)."""
-        if status >= 400:
-            raise self.error_from_response(status, headers, body)
-        if status != 200:
-            raise ResponseError(
-                f"The provider answered HTTP {status} instead of 200.", http_status=status
-            )
-        data = self.decode(body)
-        self.raise_for_error_body(data)
-        result = self.parse(data, request)
+        result = self.parse_answer(request, status, headers, body)
         if result.output:
             yield StreamDelta(result.output)
         yield StreamEnd(finish_reason=result.finish_reason, usage=result.usage, model=result.model)
