@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from django.contrib import admin
+from django.contrib.auth import get_user_model
 from django.urls import reverse
 
-from llm_routing.models import Attempt, Chain, ChainEntry, Provider, RoutingDecision, RoutingRule
+from llm_routing.models import AuditJob, Chain, Provider, RoutingDecision, RoutingRule
 from llm_routing.router import route
 from llm_routing.types import AuditRequest
 
@@ -13,7 +15,11 @@ from .conftest import make_chain, make_provider
 
 pytestmark = pytest.mark.django_db
 
-MODELS = [Provider, Chain, ChainEntry, RoutingRule, RoutingDecision, Attempt]
+# Every model of the app registered in the admin (a new model must be registered).
+MODELS = sorted(
+    (m for m in admin.site._registry if m._meta.app_label == "llm_routing"),
+    key=lambda m: m._meta.model_name,
+)
 
 
 @pytest.fixture
@@ -23,6 +29,12 @@ def populated(scripted, key_env):
     chain = make_chain("main", [a, b], is_default=True)
     RoutingRule.objects.create(name="r", route="vision", chain=chain)
     route(AuditRequest(task="t", input_text="INPUT-CANARY-93b2 text"))
+    owner = get_user_model().objects.create_user(username="job-owner", password="pw-job-1")
+    AuditJob.objects.create(
+        owner=owner,
+        task="t",
+        payload={"task": "t", "input_text": "INPUT-CANARY-93b2 queued"},
+    )
     return key_env
 
 
@@ -46,7 +58,10 @@ def test_every_page_renders_without_key_or_input(admin_client, populated):
             assert populated not in html, url
             assert "INPUT-CANARY" not in html, url
             seen += 1
-    assert seen == 12
+    assert {m.__name__ for m in MODELS} == {
+        "Provider", "Chain", "ChainEntry", "RoutingRule", "RoutingDecision", "Attempt", "AuditJob",
+    }  # fmt: skip
+    assert seen == 2 * len(MODELS)
 
 
 def test_add_pages_for_configuration_models(admin_client, populated):
