@@ -390,7 +390,7 @@ class HttpProvider(BaseProvider):
         )
 
     def raise_for_error_body(self, data: Any) -> None:
-        """A 200 whose body is an error object (OpenRouter, proxies) is still an error."""
+        """A 200 whose body (or stream event) is an error object is still an error."""
         if isinstance(data, dict) and data.get("error"):
             message, codes = self.error_details(data)
             raise classify_http_error(

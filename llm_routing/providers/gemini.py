@@ -41,7 +41,6 @@ from httpx_sse import ServerSentEvent
 from ..errors import ContentPolicyError, ResponseError
 from ..types import AuditRequest, ProviderResult
 from .base import HttpProvider, validate_structured
-from .classify import classify_http_error
 from .streaming import MalformedEvent, StreamDecoder
 
 __all__ = ["GeminiProvider", "GeminiStreamDecoder", "gemini_schema"]
@@ -128,11 +127,7 @@ class GeminiStreamDecoder(StreamDecoder):
 
     def feed(self, event: ServerSentEvent) -> list[str]:
         data = self.load(event)
-        if data.get("error"):
-            message, codes = self.provider.error_details(data)
-            raise classify_http_error(
-                200, message=message or "The provider's stream reported an error.", codes=codes
-            )
+        self.provider.raise_for_error_body(data)
         if isinstance(data.get("modelVersion"), str) and data["modelVersion"]:
             self.model = data["modelVersion"]
         usage = data.get("usageMetadata")

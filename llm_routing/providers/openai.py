@@ -32,7 +32,6 @@ from httpx_sse import ServerSentEvent
 from ..errors import ContentPolicyError, ResponseError
 from ..types import AuditRequest, ProviderResult
 from .base import HttpProvider, validate_structured
-from .classify import classify_http_error
 from .streaming import MalformedEvent, StreamDecoder
 
 __all__ = ["ChatCompletionChunkDecoder", "OpenAIProvider", "chat_messages", "schema_name"]
@@ -81,11 +80,7 @@ class ChatCompletionChunkDecoder(StreamDecoder):
             self.done = True
             return []
         data = self.load(event)
-        if data.get("error"):
-            message, codes = self.provider.error_details(data)
-            raise classify_http_error(
-                200, message=message or "The provider's stream reported an error.", codes=codes
-            )
+        self.provider.raise_for_error_body(data)
         if isinstance(data.get("model"), str) and data["model"]:
             self.model = data["model"]
         usage = data.get("usage")
