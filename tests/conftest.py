@@ -3,6 +3,7 @@ upstream server speaking the vendors' wire formats."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Iterator
 from typing import Any, ClassVar
 
@@ -15,6 +16,8 @@ from llm_routing.models import Chain, ChainEntry, Provider
 from llm_routing.providers import registry
 from llm_routing.providers.base import BaseProvider, HttpProvider
 from llm_routing.providers.registry import clear_adapter_cache, get_adapter_class
+from llm_routing.resilience import breaker
+from llm_routing.resilience.breaker import CircuitStore
 from llm_routing.types import (
     AuditRequest,
     ProviderConfig,
@@ -24,6 +27,7 @@ from llm_routing.types import (
     StreamEvent,
     Usage,
 )
+from tests.breaker_support import FakeClock
 from tests.fakes.upstream import FakeUpstream
 
 
@@ -224,6 +228,21 @@ def upstream_chain(fake_upstream: FakeUpstream) -> Callable[..., list[Any]]:
         return rows
 
     return factory
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch, settings: Any) -> FakeClock:
+    """Circuits on a fake clock, in a fresh LocMem cache per test (never clear() a
+    shared Redis)."""
+    settings.CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.locmem.LocMemCache",
+            "LOCATION": f"breaker-{uuid.uuid4().hex}",
+        }
+    }
+    fake = FakeClock()
+    monkeypatch.setattr(breaker, "store", CircuitStore(clock=fake))
+    return fake
 
 
 __all__ = [

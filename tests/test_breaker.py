@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import logging
-import uuid
 from dataclasses import replace
-from typing import Any
 
 import pytest
 from django.core.exceptions import ImproperlyConfigured
@@ -264,20 +262,6 @@ def result(ok: bool, error: ErrorInfo = UNAVAILABLE, upstream: int = 1) -> Provi
         error=None if ok else error,
         upstream_requests=upstream,
     )
-
-
-@pytest.fixture
-def clock(monkeypatch: pytest.MonkeyPatch, settings: Any) -> FakeClock:
-    # A fresh LocMem cache per test (never clear() a shared Redis).
-    settings.CACHES = {
-        "default": {
-            "BACKEND": "django.core.cache.backends.locmem.LocMemCache",
-            "LOCATION": f"breaker-{uuid.uuid4().hex}",
-        }
-    }
-    fake = FakeClock()
-    monkeypatch.setattr(breaker, "store", CircuitStore(clock=fake))
-    return fake
 
 
 def trip() -> None:

@@ -12,7 +12,6 @@ import os
 import uuid
 from collections.abc import Iterator
 from io import StringIO
-from typing import Any
 
 import pytest
 from django.core.cache import caches
@@ -21,7 +20,7 @@ from django.test import Client, override_settings
 
 from llm_routing.models import Attempt, Chain, ChainEntry, Provider
 from llm_routing.resilience import breaker
-from llm_routing.resilience.breaker import CLOSED, HALF_OPEN, OPEN, CircuitStore, Policy
+from llm_routing.resilience.breaker import CLOSED, HALF_OPEN, OPEN, Policy
 from llm_routing.router import route
 from llm_routing.types import AuditRequest
 
@@ -39,20 +38,6 @@ REDIS_URL = (
 
 def no_sleep(seconds: float) -> None:
     return None
-
-
-@pytest.fixture
-def clock(monkeypatch: pytest.MonkeyPatch, settings: Any) -> FakeClock:
-    # A fresh LocMem cache per test (never clear() a shared Redis).
-    settings.CACHES = {
-        "default": {
-            "BACKEND": "django.core.cache.backends.locmem.LocMemCache",
-            "LOCATION": f"breaker-{uuid.uuid4().hex}",
-        }
-    }
-    fake = FakeClock()
-    monkeypatch.setattr(breaker, "store", CircuitStore(clock=fake))
-    return fake
 
 
 @pytest.fixture
