@@ -27,8 +27,6 @@ import json
 import logging
 import os
 import platform
-import random
-import re
 import statistics
 import sys
 import time
@@ -48,6 +46,7 @@ django.setup()
 import httpx  # noqa: E402
 from django.core.management import call_command  # noqa: E402
 
+from bench.common import interleaved_samples, replace_docs_section  # noqa: E402
 from llm_routing.models import Chain, ChainEntry, Provider  # noqa: E402
 from llm_routing.providers.openai import OpenAIProvider  # noqa: E402
 from llm_routing.resilience.budget import Budget  # noqa: E402
@@ -115,16 +114,11 @@ def main() -> None:
             ok = result.result.ok  # type: ignore[attr-defined]
         if ok is False:
             raise SystemExit(f"variant failed: {result!r}")
-    for _ in range(args.warmup):
-        for fn in variants.values():
-            fn()
-    samples: dict[str, list[float]] = {name: [] for name in variants}
-    order = list(variants)
-    shuffler = random.Random(0)
-    for _ in range(args.rounds):
-        shuffler.shuffle(order)  # no variant always runs right after the heavy router
-        for name in order:
-            samples[name].append(measure(variants[name]))
+    samples = interleaved_samples(
+        {name: (lambda fn=fn: measure(fn)) for name, fn in variants.items()},
+        rounds=args.rounds,
+        warmup=args.warmup,
+    )
     fake.stop()
     bare.close()
     adapter.close()
@@ -166,13 +160,7 @@ def write_docs(table: str) -> None:
         "in memory here). A real vendor call takes hundreds to thousands of milliseconds.\n"
         f"{END}"
     )
-    text = path.read_text() if path.exists() else "# Benchmarks\n"
-    if BEGIN in text and END in text:
-        text = re.sub(re.escape(BEGIN) + ".*?" + re.escape(END), lambda _: block, text, flags=re.S)
-    else:
-        text = text.rstrip("\n") + "\n\n" + block + "\n"
-    path.write_text(text)
-    print(f"wrote {path}")
+    replace_docs_section(path, BEGIN, END, block)
 
 
 if __name__ == "__main__":

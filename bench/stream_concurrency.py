@@ -25,7 +25,6 @@ import argparse
 import json
 import os
 import platform
-import re
 import socket
 import statistics
 import subprocess
@@ -40,6 +39,8 @@ import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from bench.common import replace_docs_section  # noqa: E402
 
 BEGIN = "<!-- stream-concurrency:begin -->"
 END = "<!-- stream-concurrency:end -->"
@@ -291,13 +292,7 @@ def main() -> None:
 def write_docs(table: str) -> None:
     path = ROOT / "docs" / "streaming.md"
     block = f"{BEGIN}\n{table}\n{END}"
-    text = path.read_text()
-    if BEGIN in text and END in text:
-        text = re.sub(re.escape(BEGIN) + ".*?" + re.escape(END), lambda _: block, text, flags=re.S)
-    else:
-        raise SystemExit(f"{path} has no {BEGIN} … {END} block to update")
-    path.write_text(text)
-    print(f"wrote {path}")
+    replace_docs_section(path, BEGIN, END, block, append_if_missing=False)
 
 
 if __name__ == "__main__":

@@ -32,8 +32,6 @@ import json
 import logging
 import os
 import platform
-import random
-import re
 import statistics
 import sys
 import time
@@ -58,6 +56,7 @@ from django.test import Client, override_settings  # noqa: E402
 from httpx_sse import connect_sse  # noqa: E402
 from rest_framework.authtoken.models import Token  # noqa: E402
 
+from bench.common import interleaved_samples, replace_docs_section  # noqa: E402
 from llm_routing.models import Chain, ChainEntry, Provider  # noqa: E402
 from llm_routing.providers.openai import OpenAIProvider  # noqa: E402
 from llm_routing.router import route_stream  # noqa: E402
@@ -175,16 +174,11 @@ def main() -> None:
         for name, fn in variants.items():  # sanity: every variant really streams
             if fn() <= 0:
                 raise SystemExit(f"variant {name} saw no token")
-        for _ in range(args.warmup):
-            for fn in variants.values():
-                fn()
-        samples: dict[str, list[float]] = {name: [] for name in variants}
-        order = list(variants)
-        shuffler = random.Random(0)
-        for _ in range(args.rounds):
-            shuffler.shuffle(order)
-            for name in order:
-                samples[name].append(variants[name]() * 1000)
+        samples = interleaved_samples(
+            {name: (lambda fn=fn: fn() * 1000) for name, fn in variants.items()},
+            rounds=args.rounds,
+            warmup=args.warmup,
+        )
     fake.stop()
     direct.close()
     adapter.close()
@@ -227,13 +221,7 @@ def write_docs(table: str) -> None:
         "milliseconds.\n"
         f"{END}"
     )
-    text = path.read_text() if path.exists() else "# Benchmarks\n"
-    if BEGIN in text and END in text:
-        text = re.sub(re.escape(BEGIN) + ".*?" + re.escape(END), lambda _: block, text, flags=re.S)
-    else:
-        text = text.rstrip("\n") + "\n\n" + block + "\n"
-    path.write_text(text)
-    print(f"wrote {path}")
+    replace_docs_section(path, BEGIN, END, block)
 
 
 if __name__ == "__main__":
