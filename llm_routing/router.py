@@ -172,6 +172,8 @@ def _skip_reason(
     adapter: BaseProvider | None,
     request: AuditRequest,
     budget: Budget | None = None,
+    *,
+    check_circuit: bool = True,
 ) -> str | None:
     if name == MOCK_PROVIDER_NAME:
         return None
@@ -191,7 +193,7 @@ def _skip_reason(
         # No time or attempts left for a real call: skipped, not a phantom attempt.
         # Checked before the breaker so a half-open probe slot is never taken in vain.
         return "budget_exhausted"
-    if not breaker.allow(adapter.config):
+    if check_circuit and not breaker.allow(adapter.config):
         return "circuit_open"
     return None
 
@@ -333,18 +335,12 @@ class _Session:
         name = self.plan.names[0]
         row = self.rows.get(name)
         adapter = _adapter_for(name, "", row)
-        reason: str | None = None
-        if name != MOCK_PROVIDER_NAME:
-            if row is None or adapter is None:
-                reason = "unknown_provider"
-            elif not row.enabled:
-                reason = "disabled"
-            elif adapter.requires_key and not row.key_present:
-                reason = "missing_key"
-            elif request.response_schema is not None and not adapter.supports("structured_output"):
-                reason = "unsupported"
-            elif request.stream and not adapter.supports("streaming"):
-                reason = "unsupported"
+        # Forced mode is never skipped for an open circuit or the budget.
+        reason = (
+            "unknown_provider"
+            if adapter is None
+            else _skip_reason(name, row, adapter, request, check_circuit=False)
+        )
         if reason is not None or adapter is None:
             reason = reason or "unknown_provider"
             model = row.model if row else ""
