@@ -7,15 +7,20 @@ exactly the JSON shapes of DESIGN §5.
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 __all__ = [
+    "CAPABILITIES",
     "MOCK_PROVIDER_NAME",
     "AttemptRecord",
     "AuditRequest",
+    "ContentPart",
     "ErrorInfo",
+    "ForcedTool",
+    "Message",
     "ProviderConfig",
     "ProviderResult",
     "RouterStreamEvent",
@@ -27,6 +32,11 @@ __all__ = [
     "StreamEvent",
     "StreamFailure",
     "StreamResult",
+    "StreamToolCallDelta",
+    "Tool",
+    "ToolCall",
+    "ToolCallDelta",
+    "ToolChoice",
     "Usage",
 ]
 
@@ -36,14 +46,136 @@ Mode = Literal["live", "mock", "disabled", "error"]
 Status = Literal["ok", "fallback", "error"]
 Outcome = Literal["ok", "error", "skipped"]
 RouterMode = Literal["explicit", "default", "rule", "forced"]
+Role = Literal["system", "developer", "user", "assistant", "tool"]
+
+#: What an adapter kind can declare (a provider row may override each one).
+CAPABILITIES = ("streaming", "structured_output", "tools", "images", "prefill")
+
+
+# --- the chat request model ------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ContentPart:
+    """One part of a message's content: ``text``, or ``image_url`` (an http(s) or
+    ``data:`` URL) for providers that take images."""
+
+    type: Literal["text", "image_url"]
+    text: str = ""
+    image_url: str = ""
+    detail: str | None = None  # OpenAI's image ``detail`` (auto / low / high)
+
+    def to_dict(self) -> dict[str, Any]:
+        if self.type == "text":
+            return {"type": "text", "text": self.text}
+        image: dict[str, Any] = {"url": self.image_url}
+        if self.detail is not None:
+            image["detail"] = self.detail
+        return {"type": "image_url", "image_url": image}
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """A complete tool call of an assistant turn, normalized across vendors:
+    ``arguments`` is always a JSON text (OpenAI's convention)."""
+
+    id: str
+    name: str
+    arguments: str = "{}"
+
+    def to_dict(self) -> dict[str, Any]:
+        """OpenAI's shape (``message.tool_calls[i]``), also used in ``/audit/``."""
+        return {
+            "id": self.id,
+            "type": "function",
+            "function": {"name": self.name, "arguments": self.arguments},
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One turn of a conversation.
+
+    ``content`` is a string or a tuple of parts; an assistant turn may carry
+    ``tool_calls`` (its content may then be empty); a ``tool`` turn answers the call
+    named by ``tool_call_id`` (``name`` is the tool's name when known — Gemini needs it).
+    """
+
+    role: Role
+    content: str | tuple[ContentPart, ...] = ""
+    name: str | None = None
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
+
+    @property
+    def text(self) -> str:
+        """The text of the content (text parts joined; images left out)."""
+        if isinstance(self.content, str):
+            return self.content
+        return "".join(p.text for p in self.content if p.type == "text")
+
+    @property
+    def has_images(self) -> bool:
+        return not isinstance(self.content, str) and any(
+            p.type == "image_url" for p in self.content
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """OpenAI's chat message shape (the canonical form, hashed for the record)."""
+        out: dict[str, Any] = {"role": self.role}
+        out["content"] = (
+            self.content if isinstance(self.content, str) else [p.to_dict() for p in self.content]
+        )
+        if self.name is not None:
+            out["name"] = self.name
+        if self.tool_calls:
+            out["tool_calls"] = [c.to_dict() for c in self.tool_calls]
+        if self.tool_call_id is not None:
+            out["tool_call_id"] = self.tool_call_id
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class Tool:
+    """A function the model may call; ``parameters`` is its JSON Schema."""
+
+    name: str
+    description: str = ""
+    parameters: Mapping[str, Any] = field(default_factory=dict)
+    strict: bool | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """OpenAI's ``tools[i]`` shape."""
+        function: dict[str, Any] = {"name": self.name, "parameters": dict(self.parameters)}
+        if self.description:
+            function["description"] = self.description
+        if self.strict is not None:
+            function["strict"] = self.strict
+        return {"type": "function", "function": function}
+
+
+@dataclass(frozen=True, slots=True)
+class ForcedTool:
+    """``tool_choice`` naming one function the model must call."""
+
+    name: str
+
+
+#: ``"auto"`` / ``"none"`` / ``"required"``, or one named function.
+ToolChoice = Literal["auto", "none", "required"] | ForcedTool
 
 
 @dataclass(frozen=True, slots=True)
 class AuditRequest:
-    """One well-formed routing request (already validated by the API or caller)."""
+    """One well-formed routing request (already validated by the API or caller).
+
+    Either the one-shot form (``instructions`` + ``input_text``) or a conversation
+    (``messages``; ``instructions``, when also given, becomes a leading system turn).
+    Adapters read :attr:`conversation`, never ``input_text`` directly.
+    """
 
     task: str
-    input_text: str
+    input_text: str = ""
     instructions: str = ""
     provider: str | None = None
     route: str | None = None
@@ -59,14 +191,59 @@ class AuditRequest:
     # Passed through by the OpenAI-compatible face (None: the provider's default).
     temperature: float | None = None
     max_tokens: int | None = None
+    # The chat request model: a conversation, tools and sampling parameters.
+    messages: tuple[Message, ...] = ()
+    tools: tuple[Tool, ...] = ()
+    tool_choice: ToolChoice | None = None
+    stop: tuple[str, ...] = ()
+    top_p: float | None = None
+    seed: int | None = None
+    user: str | None = None  # the end user's opaque id, passed to vendors that take one
+
+    @property
+    def conversation(self) -> tuple[Message, ...]:
+        """The turns sent upstream: ``instructions`` as a system turn, then
+        ``messages``, or the one-shot ``input_text`` as one user turn."""
+        head: tuple[Message, ...] = (
+            (Message(role="system", content=self.instructions),) if self.instructions else ()
+        )
+        if self.messages:
+            return head + self.messages
+        return (*head, Message(role="user", content=self.input_text))
+
+    @property
+    def required_capabilities(self) -> frozenset[str]:
+        """What a provider must support to serve this request."""
+        needed: set[str] = set()
+        if self.stream:
+            needed.add("streaming")
+        if self.response_schema is not None:
+            needed.add("structured_output")
+        if self.tools or any(m.tool_calls or m.role == "tool" for m in self.messages):
+            needed.add("tools")
+        if any(m.has_images for m in self.messages):
+            needed.add("images")
+        return frozenset(needed)
+
+    def _canonical_input(self) -> str:
+        if not self.messages:
+            return self.input_text
+        return json.dumps(
+            [m.to_dict() for m in self.messages],
+            ensure_ascii=False,
+            sort_keys=True,
+            separators=(",", ":"),
+        )
 
     @property
     def input_length(self) -> int:
-        return len(self.input_text)
+        """Characters of the input: ``input_text``, or the canonical JSON of the whole
+        conversation (roles, content, tool calls) when ``messages`` are given."""
+        return len(self._canonical_input())
 
     @property
     def input_sha256(self) -> str:
-        return hashlib.sha256(self.input_text.encode("utf-8")).hexdigest()
+        return hashlib.sha256(self._canonical_input().encode("utf-8")).hexdigest()
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,9 +261,12 @@ class ProviderConfig:
     first_token_timeout_s: float = 10.0
     max_retries: int = 2
     params: Mapping[str, Any] = field(default_factory=dict)
-    supports_structured_output: bool = False
-    supports_streaming: bool = False
-    supports_prefill: bool = False
+    # None: inherit what the adapter kind declares; True/False: the row's override.
+    supports_structured_output: bool | None = None
+    supports_streaming: bool | None = None
+    supports_prefill: bool | None = None
+    supports_tools: bool | None = None
+    supports_images: bool | None = None
     version: str = ""  # changes whenever the row changes (updated_at); keys pooled clients
 
     def with_model(self, model: str) -> ProviderConfig:
@@ -112,15 +292,49 @@ class StreamDelta:
 
 
 @dataclass(frozen=True, slots=True)
+class ToolCallDelta:
+    """A fragment of a streamed tool call, in OpenAI's ``delta.tool_calls[i]`` terms:
+    the first fragment of call ``index`` carries its ``id`` and ``name``; later ones
+    carry pieces of ``arguments`` (JSON text) to append."""
+
+    index: int
+    id: str | None = None
+    name: str | None = None
+    arguments: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"index": self.index}
+        if self.id is not None:
+            out["id"] = self.id
+            out["type"] = "function"
+        function: dict[str, Any] = {"arguments": self.arguments}
+        if self.name is not None:
+            function = {"name": self.name, **function}
+        out["function"] = function
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class StreamToolCallDelta:
+    """A tool-call fragment from a streaming adapter (a commit point like text)."""
+
+    delta: ToolCallDelta
+
+
+@dataclass(frozen=True, slots=True)
 class StreamEnd:
-    """The clean end of a stream (finish reason seen and the body closed)."""
+    """The clean end of a stream (finish reason seen and the body closed).
+
+    ``tool_calls`` are the stream's tool calls, assembled and complete: a stream cut
+    before its end has no StreamEnd, so a half tool call is never presented."""
 
     finish_reason: str | None = None
     usage: Usage | None = None
     model: str | None = None
+    tool_calls: tuple[ToolCall, ...] = ()
 
 
-StreamEvent = StreamDelta | StreamEnd
+StreamEvent = StreamDelta | StreamToolCallDelta | StreamEnd
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,6 +372,7 @@ class ProviderResult:
     finish_reason: str | None = None
     retries: int = 0
     upstream_requests: int = 0  # requests the upstream actually saw for this attempt
+    tool_calls: tuple[ToolCall, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -272,11 +487,13 @@ class RoutingResult:
 
 @dataclass(frozen=True, slots=True)
 class StreamChunk:
-    """Text handed to the caller (after the commit point it is never replayed)."""
+    """Text (or a tool-call fragment) handed to the caller; after the commit point it
+    is never replayed."""
 
     text: str
     provider: str = ""
     model: str = ""
+    tool_call: ToolCallDelta | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -141,6 +141,9 @@ class MessagesStreamDecoder(StreamDecoder):
 
 
 class AnthropicProvider(HttpProvider):
+    capabilities: ClassVar[frozenset[str]] = frozenset(
+        {"streaming", "structured_output", "tools", "images", "prefill"}
+    )
     kind: ClassVar[str] = "anthropic"
     default_base_url: ClassVar[str] = "https://api.anthropic.com"
 

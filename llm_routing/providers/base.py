@@ -36,6 +36,7 @@ from ..errors import (
     ResponseError,
     scrub,
 )
+from ..types import CAPABILITIES as _CAPABILITIES
 from ..types import (
     AuditRequest,
     ProviderConfig,
@@ -58,7 +59,7 @@ __all__ = [
 
 logger = logging.getLogger("llm_routing.providers")
 
-CAPABILITIES = frozenset({"structured_output", "streaming", "prefill"})
+CAPABILITIES = frozenset(_CAPABILITIES)
 
 
 @sensitive_variables("value")
@@ -82,13 +83,19 @@ class BaseProvider(ABC):
     requires_key: ClassVar[bool] = True
     #: Whether this adapter answers with mode "live" (real upstream) or "mock".
     result_mode: ClassVar[str] = "live"
+    #: What the kind supports (a subset of CAPABILITIES); a provider row inherits
+    #: these unless it overrides one (``supports_<capability>`` True/False, not None).
+    capabilities: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(self, config: ProviderConfig) -> None:
         self.config = config
 
     def supports(self, capability: str) -> bool:
-        """Capabilities are declared on the provider row (the model decides them)."""
-        return bool(getattr(self.config, f"supports_{capability}", False))
+        """The effective capability: the row's override, else the kind's declaration."""
+        override = getattr(self.config, f"supports_{capability}", None)
+        if override is not None:
+            return bool(override)
+        return capability in type(self).capabilities
 
     @abstractmethod
     def complete(

@@ -170,6 +170,9 @@ class GeminiStreamDecoder(StreamDecoder):
 
 
 class GeminiProvider(HttpProvider):
+    capabilities: ClassVar[frozenset[str]] = frozenset(
+        {"streaming", "structured_output", "tools", "images"}
+    )
     kind: ClassVar[str] = "gemini"
     default_base_url: ClassVar[str] = "https://generativelanguage.googleapis.com"
 

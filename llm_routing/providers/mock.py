@@ -74,8 +74,13 @@ class MockProvider(BaseProvider):
     requires_key: ClassVar[bool] = False
     result_mode: ClassVar[str] = "mock"
 
+    # The backstop serves every request (it answers tool requests with text).
+    capabilities: ClassVar[frozenset[str]] = frozenset(
+        {"structured_output", "streaming", "tools", "images"}
+    )
+
     def supports(self, capability: str) -> bool:
-        return capability in {"structured_output", "streaming"}
+        return capability in self.capabilities
 
     def stream(
         self, request: AuditRequest, *, api_key: str | None, timeout: float

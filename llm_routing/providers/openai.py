@@ -124,6 +124,9 @@ class OpenAIProvider(HttpProvider):
     default_base_url: ClassVar[str] = "https://api.openai.com/v1"
     #: Where a pass-through ``max_tokens`` goes when the row's params name neither key.
     max_tokens_key: ClassVar[str] = "max_completion_tokens"
+    capabilities: ClassVar[frozenset[str]] = frozenset(
+        {"streaming", "structured_output", "tools", "images"}
+    )
 
     def endpoint(self, request: AuditRequest) -> str:
         return f"{self.base_url}/chat/completions"

@@ -23,6 +23,9 @@ class OpenAICompatibleProvider(OpenAIProvider):
     default_base_url: ClassVar[str] = ""
     # vLLM, Ollama, llama.cpp … know ``max_tokens``; not all know the newer key.
     max_tokens_key: ClassVar[str] = "max_tokens"
+    # Servers differ: streaming and tools are near-universal (vLLM, Ollama, llama.cpp,
+    # LM Studio); structured output and images are declared per row.
+    capabilities: ClassVar[frozenset[str]] = frozenset({"streaming", "tools"})
 
     @property
     def requires_key(self) -> bool:  # type: ignore[override]
