@@ -52,6 +52,7 @@ from .types import (
     StreamEvent,
     StreamFailure,
     StreamResult,
+    StreamToolCallDelta,
 )
 
 __all__ = ["STREAM_MODES", "Plan", "resolve", "route", "route_stream"]
@@ -485,7 +486,11 @@ def route_stream(
                 for event in events:  # failures here are pre-commit: they fail over
                     head.append(event)
                     if isinstance(event, StreamEnd) or (
-                        not buffer_all and isinstance(event, StreamDelta) and event.text
+                        not buffer_all
+                        and (
+                            isinstance(event, StreamToolCallDelta)
+                            or (isinstance(event, StreamDelta) and event.text)
+                        )
                     ):
                         break
                 if not head or (buffer_all and not isinstance(head[-1], StreamEnd)):
@@ -533,6 +538,7 @@ class _StreamOutcome:
     failure: ProviderError | None = None
     original: ProviderError | None = None  # the first mid-stream failure (continuation)
     served_by: str | None = None
+    tool_fragments: int = 0  # tool-call fragments delivered (a commit point like text)
 
 
 def _pump(
@@ -548,7 +554,12 @@ def _pump(
             if isinstance(event, StreamEnd):
                 outcome.end = event
                 break
-            if event.text:
+            if isinstance(event, StreamToolCallDelta):
+                outcome.tool_fragments += 1
+                yield StreamChunk(
+                    "", provider=served.provider, model=served.model, tool_call=event.delta
+                )
+            elif event.text:
                 delivered.append(event.text)
                 yield StreamChunk(event.text, provider=served.provider, model=served.model)
         if outcome.end is None:
