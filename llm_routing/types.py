@@ -35,7 +35,7 @@ MOCK_PROVIDER_NAME = "mock"
 Mode = Literal["live", "mock", "disabled", "error"]
 Status = Literal["ok", "fallback", "error"]
 Outcome = Literal["ok", "error", "skipped"]
-RouterMode = Literal["explicit", "default", "rule", "forced"]
+RouterMode = Literal["explicit", "chain", "default", "rule", "forced"]
 
 
 @dataclass(frozen=True, slots=True)

@@ -47,6 +47,13 @@ class RoutingAPIView(APIView):
 
 
 class AuditView(RoutingAPIView):
+    def perform_content_negotiation(self, request: Request, force: bool = False) -> Any:
+        # SSE clients send ``Accept: text/event-stream``: a streamed answer is served in
+        # that type, and anything else (a 400, a 202) falls back to JSON instead of a 406.
+        if "text/event-stream" in request.META.get("HTTP_ACCEPT", ""):
+            force = True
+        return super().perform_content_negotiation(request, force=force)
+
     @extend_schema(
         request=AuditRequestSerializer,
         responses={
