@@ -1,7 +1,7 @@
 """Frozen value types shared by the router, the adapters, the recorder and the API.
 
 Nothing here touches the database or the network. ``to_dict()`` methods produce
-exactly the JSON shapes of DESIGN §5.
+exactly the JSON shapes of ``POST /audit/`` (docs/api.md).
 """
 
 from __future__ import annotations

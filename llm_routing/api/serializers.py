@@ -1,4 +1,4 @@
-"""Request/response serializers for ``POST /audit/`` (DESIGN §5)."""
+"""Request/response serializers for ``POST /audit/`` (docs/api.md)."""
 
 from __future__ import annotations
 
