@@ -70,7 +70,8 @@ def test_every_documented_answer_has_an_example(schema) -> None:
 def test_audit_documents_success_fallback_and_every_error(schema) -> None:
     op = operations(schema)[("post", "/audit/")]
     assert set(op["responses"]) >= {"200", "202", "400", "401", "413", "429"}
-    ok = examples(op["responses"]["200"]["content"])
+    ok = op["responses"]["200"]["content"]["application/json"]["examples"]
+    assert op["responses"]["200"]["content"]["text/event-stream"]["examples"]
     reasons = {ex["value"]["routing_metadata"]["fallback_reason"] for ex in ok.values()}
     assert {None, "unavailable", "missing_key"} <= reasons
     assert {"ok", "error"} <= {ex["value"]["result"]["status"] for ex in ok.values()}

@@ -7,6 +7,7 @@ answers (tests/test_api_schema.py checks the schema; the bodies follow ``to_dict
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from drf_spectacular.types import OpenApiTypes
@@ -22,7 +23,8 @@ def documented(entry: dict[str, Any], *, ok: Any = None) -> dict[str, Any]:
     serializer when the view has one."""
     responses = dict(entry["responses"])
     if ok is not None:
-        responses[200] = OpenApiResponse(response=ok, description=responses[200].description)
+        key = (200, "application/json") if (200, "application/json") in responses else 200
+        responses[key] = OpenApiResponse(response=ok, description=responses[key].description)
     return {**entry, "responses": responses}
 
 
@@ -209,6 +211,22 @@ AUDIT_ERROR = _envelope(
     ],
 )
 
+_STREAM_RESULT = json.dumps(
+    {
+        "request_id": REQUEST_ID,
+        "result": {"provider": "openai-main", "output": "Django is a Python web framework."},
+        "routing_metadata": {"…": "the same as the non-streamed answer"},
+        "diagnostics": {"…": "…"},
+    },
+    ensure_ascii=False,
+    separators=(",", ":"),
+)
+AUDIT_STREAM = (
+    'event: chunk\ndata: {"text":"Django is a Python "}\n\n'
+    'event: chunk\ndata: {"text":"web framework."}\n\n'
+    f"event: result\ndata: {_STREAM_RESULT}\n\n"
+)
+
 AUDIT_STRUCTURED = _envelope(
     {
         "provider": "openai-main",
@@ -223,15 +241,19 @@ AUDIT: dict[str, Any] = {
     "summary": "Route one LLM request through the provider chain",
     "description": AUDIT_DESCRIPTION,
     "responses": {
-        200: OpenApiResponse(
+        (200, "application/json"): OpenApiResponse(
             response=OpenApiTypes.OBJECT,
             description="The answer and how it was routed — for every well-formed request.",
         ),
-        202: OpenApiResponse(
+        (200, "text/event-stream"): OpenApiResponse(
+            response=OpenApiTypes.STR,
+            description='`"stream": true`: `chunk` events, then one `result` or `error` event.',
+        ),
+        (202, "application/json"): OpenApiResponse(
             response=OpenApiTypes.OBJECT,
             description='`"async": true` — the job id and the URL to poll.',
         ),
-        400: OpenApiResponse(
+        (400, "application/json"): OpenApiResponse(
             response=OpenApiTypes.OBJECT, description="Invalid input: errors keyed by field."
         ),
         401: OpenApiResponse(response=OpenApiTypes.OBJECT, description="Not authenticated."),
@@ -310,6 +332,14 @@ AUDIT: dict[str, Any] = {
             "Authentication failures stop the walk: a bad key is never papered over",
         ),
         _response("Structured answer", "200", AUDIT_STRUCTURED, "With `response_schema`"),
+        _example(
+            "Stream",
+            AUDIT_STREAM,
+            summary='`"stream": true`: chunks, then the envelope',
+            response_only=True,
+            status_codes=["200"],
+            media_type="text/event-stream",
+        ),
         _response(
             "Job accepted",
             "202",
