@@ -50,7 +50,7 @@ DEFAULTS: dict[str, Any] = {
     # Environment variable names that may never be used as api_key_env (added to the
     # built-in deny-list in llm_routing.validators).
     "DENIED_KEY_ENV_NAMES": [],
-    # --- resilience (DESIGN §4) ------------------------------------------------------
+    # --- resilience (the failure policy) ---------------------------------------------
     # Wall-clock budget for one routed request, retries and candidates included.
     "REQUEST_DEADLINE_S": 60.0,
     # Upstream requests allowed for one routed request, retries and candidates included.

@@ -1,4 +1,5 @@
-"""Failure taxonomy: every provider failure becomes one of these (DESIGN §4).
+"""Failure taxonomy: every provider failure becomes one of these (the failure policy
+in docs/architecture.md).
 
 The tree::
 

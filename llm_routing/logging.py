@@ -1,4 +1,4 @@
-"""Log redaction: key values never reach a log record (DESIGN §7).
+"""Log redaction: key values never reach a log record (docs/operations.md).
 
 :class:`RedactKeysFilter` replaces every known provider key value in a record's
 message, arguments, exception text and stack text with ``[redacted]``. "Known" means

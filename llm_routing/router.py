@@ -1,8 +1,9 @@
-"""The routing algorithm (DESIGN §3) — the only place that walks a chain.
+"""The routing algorithm — the only place that walks a chain (docs/architecture.md).
 
 1. Resolve the chain: ``force_provider`` (mode ``forced``) → exactly that provider;
    otherwise the first matching enabled RoutingRule (``rule``), else the default
    Chain, else ``LLM_ROUTING["ROUTES"][route]`` / ``["DEFAULT_CHAIN"]`` (``default``);
+   a chain named by the caller (``chain``, the ``/v1`` face's ``model``) replaces both;
    an explicit ``provider`` (``explicit``) goes first. Candidates are
    ``[primary, *fallbacks, "mock"]``, de-duplicated, mock always last.
 2. Availability: ``unknown_provider``, ``disabled``, ``missing_key``, ``circuit_open``,
@@ -24,11 +25,12 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from .conf import routing_settings
 from .errors import NetworkError, ProviderError, ResponseError
 from .models import Chain, Provider, RoutingRule
-from .providers.base import BaseProvider
+from .providers.base import BaseProvider, validate_structured
 from .providers.registry import get_adapter, is_known_kind
 from .recorder import record
 from .resilience import breaker
@@ -123,7 +125,7 @@ def resolve(request: AuditRequest) -> Plan:
     routes = routing_settings.ROUTES or {}
     if named is not None:
         fallbacks = named.provider_names()
-        chain_name, mode, stream_mode = named.name, "explicit", named.stream_mode
+        chain_name, mode, stream_mode = named.name, "chain", named.stream_mode
     elif rule is not None:
         fallbacks = rule.chain.provider_names()
         chain_name, rule_name, mode = rule.chain.name, rule.name, "rule"
@@ -617,6 +619,16 @@ def _continue(
     outcome.failure = outcome.failure or original
 
 
+def _stream_data(request: AuditRequest, text: str) -> Any:
+    """The parsed structured answer of a complete stream, as ``route`` returns it."""
+    if request.response_schema is None:
+        return None
+    try:
+        return validate_structured(text, request.response_schema)
+    except ResponseError:
+        return None
+
+
 def _finish_stream(
     session: _Session,
     final: ProviderResult,
@@ -647,6 +659,7 @@ def _finish_stream(
             provider=provider,
             model=(end.model if end and end.model else attempts[-1].model),
             output="".join(delivered),
+            data=_stream_data(session.request, "".join(delivered)),
             usage=(end.usage if end and end.usage else final.usage),
             finish_reason=end.finish_reason if end else None,
         )

@@ -1,7 +1,7 @@
 """Frozen value types shared by the router, the adapters, the recorder and the API.
 
 Nothing here touches the database or the network. ``to_dict()`` methods produce
-exactly the JSON shapes of DESIGN §5.
+exactly the JSON shapes of ``POST /audit/`` (docs/api.md).
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ MOCK_PROVIDER_NAME = "mock"
 Mode = Literal["live", "mock", "disabled", "error"]
 Status = Literal["ok", "fallback", "error"]
 Outcome = Literal["ok", "error", "skipped"]
-RouterMode = Literal["explicit", "default", "rule", "forced"]
+RouterMode = Literal["explicit", "chain", "default", "rule", "forced"]
 Role = Literal["system", "developer", "user", "assistant", "tool"]
 
 #: What an adapter kind can declare (a provider row may override each one).

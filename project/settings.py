@@ -1,4 +1,5 @@
-"""Demo project settings. django-environ lives ONLY here (DESIGN §6).
+"""Demo project settings. django-environ lives ONLY here (the app never reads the
+environment except provider keys at call time).
 
 Embedded defaults: SQLite, LocMem cache, no broker. Every variable is documented in
 ``.env.example``; ``.env`` beside manage.py is read when present.

@@ -1,4 +1,4 @@
-"""The HTTP contract of DESIGN §5: status codes, exact keys, every bad input."""
+"""The HTTP contract of POST /audit/ (docs/api.md): status codes, exact keys, every bad input."""
 
 from __future__ import annotations
 

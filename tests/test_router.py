@@ -1,4 +1,5 @@
-"""Router semantics (DESIGN §3): modes, skip reasons, dedup, mock-last, rules, forced."""
+"""Router semantics (the routing walk in docs/architecture.md): modes, skip reasons, dedup,
+mock-last, rules, forced."""
 
 from __future__ import annotations
 

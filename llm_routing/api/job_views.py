@@ -11,7 +11,7 @@ import uuid
 from typing import Any
 
 from django.urls import reverse
-from drf_spectacular.utils import OpenApiResponse, extend_schema
+from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
 from rest_framework.exceptions import NotAuthenticated, NotFound
 from rest_framework.request import Request
@@ -19,6 +19,7 @@ from rest_framework.response import Response
 
 from .. import jobs
 from ..models import AuditJob
+from .schema_docs import AUDIT_JOB, documented
 from .views import RoutingAPIView
 
 __all__ = ["AuditJobView", "job_representation", "submit_job"]
@@ -74,13 +75,7 @@ class AuditJobSerializer(serializers.Serializer):
 
 
 class AuditJobView(RoutingAPIView):
-    @extend_schema(
-        responses={
-            200: AuditJobSerializer,
-            404: OpenApiResponse(description="No such job, or not yours."),
-        },
-        summary="Poll an async audit job (done → the same envelope as POST /audit/)",
-    )
+    @extend_schema(**documented(AUDIT_JOB, ok=AuditJobSerializer))
     def get(self, request: Request, job_id: str) -> Response:
         try:
             pk = uuid.UUID(job_id)

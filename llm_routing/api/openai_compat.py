@@ -36,6 +36,7 @@ from ..types import (
     StreamFailure,
     StreamResult,
 )
+from .schema_docs import CHAT_COMPLETIONS, MODELS
 from .serializers import StrictCharField
 from .sse import SSE_HEADERS, sse
 from .views import RoutingAPIView
@@ -242,6 +243,7 @@ def _completion_id(request_id: str) -> str:
 
 
 class ChatCompletionsView(OpenAIErrorsMixin, RoutingAPIView):
+    @extend_schema(**CHAT_COMPLETIONS)  # the reference text: api/schema_docs.py
     @extend_schema(
         request=ChatCompletionRequestSerializer,
         responses={200: OpenApiTypes.OBJECT},
@@ -358,6 +360,7 @@ def _chunk(
 
 
 class ModelsView(OpenAIErrorsMixin, RoutingAPIView):
+    @extend_schema(**MODELS)  # the reference text: api/schema_docs.py
     @extend_schema(
         responses={200: OpenApiTypes.OBJECT},
         summary="What `model` may name: chains, route keys, providers",

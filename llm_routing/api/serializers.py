@@ -1,4 +1,4 @@
-"""Request/response serializers for ``POST /audit/`` (DESIGN §5)."""
+"""Request/response serializers for ``POST /audit/`` (docs/api.md)."""
 
 from __future__ import annotations
 
@@ -40,6 +40,15 @@ class StrictCharField(serializers.CharField):
 
 
 class StrictRegexField(serializers.RegexField):
+    """A slug field: the message names the pattern and gives an example."""
+
+    default_error_messages = {
+        "invalid": (
+            f"Enter a slug matching {SLUG_RE}: letters, digits, hyphens and underscores "
+            'only, for example "summarize" or "openai-main".'
+        )
+    }
+
     def to_internal_value(self, data: Any) -> str:
         if not isinstance(data, str):
             self.fail("invalid")
@@ -214,7 +223,9 @@ class AttemptSerializer(serializers.Serializer):
 
 class RoutingMetadataSerializer(serializers.Serializer):
     request_id = serializers.UUIDField()
-    router_mode = serializers.ChoiceField(choices=["explicit", "default", "rule", "forced"])
+    router_mode = serializers.ChoiceField(
+        choices=["explicit", "chain", "default", "rule", "forced"]
+    )
     route = serializers.CharField(allow_null=True)
     rule = serializers.CharField(allow_null=True)
     chain_name = serializers.CharField(allow_null=True)

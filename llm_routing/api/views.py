@@ -8,7 +8,7 @@ from typing import Any
 
 from django.http import StreamingHttpResponse
 from django.utils.module_loading import import_string
-from drf_spectacular.utils import OpenApiResponse, extend_schema
+from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
 from rest_framework.authentication import BaseAuthentication
 from rest_framework.permissions import BasePermission
@@ -24,6 +24,7 @@ from ..router import route_stream
 from ..service import execute
 from ..types import AuditRequest, StreamChunk, StreamFailure, StreamResult
 from .parsers import LimitedJSONParser
+from .schema_docs import AUDIT, HEALTH, documented
 from .serializers import AuditRequestSerializer, AuditResponseSerializer
 from .sse import SSE_HEADERS, sse
 
@@ -31,8 +32,9 @@ __all__ = ["AuditView", "HealthView"]
 
 
 class RoutingAPIView(APIView):
-    """Authentication, permissions and throttles come from ``LLM_ROUTING`` (per request,
-    so ``override_settings`` applies)."""
+    # Authentication, permissions and throttles come from ``LLM_ROUTING`` (read per
+    # request, so ``override_settings`` applies). A comment, not a docstring: the
+    # OpenAPI page would show a docstring as every endpoint's description.
 
     parser_classes = [LimitedJSONParser]
 
@@ -47,18 +49,14 @@ class RoutingAPIView(APIView):
 
 
 class AuditView(RoutingAPIView):
-    @extend_schema(
-        request=AuditRequestSerializer,
-        responses={
-            200: AuditResponseSerializer,
-            202: OpenApiResponse(description='"async": true — the job id and its status URL.'),
-            400: OpenApiResponse(description="Invalid input: DRF field errors."),
-            401: OpenApiResponse(description="Not authenticated."),
-            413: OpenApiResponse(description="Request body too large."),
-            429: OpenApiResponse(description="Throttled."),
-        },
-        summary="Route one LLM request through the provider chain",
-    )
+    def perform_content_negotiation(self, request: Request, force: bool = False) -> Any:
+        # SSE clients send ``Accept: text/event-stream``: a streamed answer is served in
+        # that type, and anything else (a 400, a 202) falls back to JSON instead of a 406.
+        if "text/event-stream" in request.META.get("HTTP_ACCEPT", ""):
+            force = True
+        return super().perform_content_negotiation(request, force=force)
+
+    @extend_schema(request=AuditRequestSerializer, **documented(AUDIT, ok=AuditResponseSerializer))
     def post(self, request: Request) -> Response | StreamingHttpResponse:
         serializer = AuditRequestSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
@@ -128,7 +126,7 @@ class HealthResponseSerializer(serializers.Serializer):
 
 
 class HealthView(RoutingAPIView):
-    @extend_schema(responses={200: HealthResponseSerializer}, summary="Per-provider health")
+    @extend_schema(**documented(HEALTH, ok=HealthResponseSerializer))
     def get(self, request: Request) -> Response:
         rows = list(Provider.objects.order_by("name"))
         circuits = breaker.store.for_providers(rows)

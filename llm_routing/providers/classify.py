@@ -44,7 +44,7 @@ __all__ = [
     "status_in_text",
 ]
 
-#: HTTP statuses that mean "the provider is unavailable right now" (DESIGN §4).
+#: HTTP statuses that mean "the provider is unavailable right now" (the failure policy).
 UNAVAILABLE_STATUSES = frozenset({500, 502, 503, 504, 529})
 
 _CONTEXT_CODES = frozenset(

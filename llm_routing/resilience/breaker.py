@@ -1,4 +1,4 @@
-"""Circuit breakers and passive health per (provider, model) — DESIGN §4.
+"""Circuit breakers and passive health per (provider, model) (docs/circuit-breakers.md).
 
 Two layers, after pybreaker / purgatory:
 
@@ -17,10 +17,10 @@ processes, guarded by an atomic ``cache.add`` with a TTL; everyone else skips th
 candidate as ``circuit_open``. The probe's success closes the circuit, its failure
 re-opens it with the next ladder step. ``BREAKER_RESET_AFTER_S`` without a counted
 failure ends the streak (ladder back to the first step). Only transient failures count
-(DESIGN §4 table): client errors never open a circuit and ``context_length`` never
+(the failure policy table): client errors never open a circuit and ``context_length`` never
 counts.
 
-Hand-written on purpose (DESIGN §8): pybreaker keeps state per process (its Redis
+Hand-written on purpose: pybreaker keeps state per process (its Redis
 storage has no single-probe half-open across processes) and purgatory is asyncio-only;
 neither stores in the Django cache nor knows the router's failure taxonomy.
 
@@ -224,7 +224,7 @@ def _iso(ts: float | None) -> str | None:
 
 
 def counts(error: ErrorInfo) -> bool:
-    """Whether a failure counts toward opening the circuit (DESIGN §4)."""
+    """Whether a failure counts toward opening the circuit (the failure policy)."""
     return error.transient and error.category != "context_length"
 
 

@@ -3,7 +3,7 @@
 Hand-written on purpose: no retry library (tenacity, backoff, stamina) models a budget
 shared by several callees — retries on one provider and the walk over the next
 candidates draw on the same deadline and the same attempt count, so retries times
-candidates can never multiply into a storm (DESIGN §3.6).
+candidates can never multiply into a storm.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""The single retry layer: same-provider retries for transient failures (DESIGN §4).
+"""The single retry layer: same-provider retries for transient failures
+(the failure policy in docs/architecture.md).
 
 Exponential backoff with full jitter (AWS architecture blog's "full jitter":
 ``sleep = random(0, min(cap, base * 2**n))``); a ``Retry-After`` the provider sent
