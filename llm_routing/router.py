@@ -26,7 +26,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 
 from .conf import routing_settings
-from .errors import NetworkError, ProviderError, ResponseError
+from .errors import NetworkError, ProviderError, ResponseError, scrub
+from .logging import known_key_values
 from .models import Chain, Provider, RoutingRule
 from .providers.base import BaseProvider
 from .providers.registry import get_adapter, is_known_kind
@@ -303,8 +304,13 @@ class _Session:
         adapter: BaseProvider,
         request: AuditRequest | None = None,
         invoke: Invoke | None = None,
+        *,
+        defer_success: bool = False,
     ) -> ProviderResult:
-        """One candidate through the retry layer, with hooks and breaker bookkeeping."""
+        """One candidate through the retry layer, with hooks and breaker bookkeeping.
+
+        ``defer_success``: an opened stream is not a success yet — the caller feeds the
+        breaker once the stream has ended (:func:`_settle`)."""
         request = request or self.request
         config = adapter.config
         send(
@@ -320,7 +326,8 @@ class _Session:
         if breaker.is_probe(config):
             kwargs["max_retries"] = 0  # a half-open probe is exactly one upstream request
         result = call_with_retries(adapter, request, **kwargs)  # type: ignore[arg-type]
-        breaker.observe(config, result)
+        if not (defer_success and result.ok):
+            breaker.observe(config, result)
         send(after_provider_result, request_id=self.request_id, provider=config.name, result=result)
         return result
 
@@ -476,6 +483,8 @@ def route_stream(
     session = _Session(request, request_id=request_id, sleeper=sleeper)
     mode = stream_mode or session.plan.stream_mode
     live: dict[str, tuple[Iterator[StreamEvent], list[StreamEvent]]] = {}
+    # Opened streams whose outcome the breaker has not seen yet (settled when they end).
+    opened: dict[str, ProviderConfig] = {}
 
     def opener(req: AuditRequest, buffer_all: bool) -> Callable[[BaseProvider], ProviderResult]:
         def attempt(adapter: BaseProvider) -> ProviderResult:
@@ -492,6 +501,7 @@ def route_stream(
                     # A truncated transfer, still pre-commit: transient, so it fails over.
                     raise NetworkError("The stream ended before it finished.")
                 live[adapter.config.name] = (events, head)
+                opened[adapter.config.name] = adapter.config
                 return ProviderResult(
                     provider=adapter.config.name,
                     model=adapter.config.model,
@@ -499,7 +509,7 @@ def route_stream(
                     status="ok",
                 )
 
-            return session.call(adapter, req, invoke)
+            return session.call(adapter, req, invoke, defer_success=True)
 
         return attempt
 
@@ -512,13 +522,16 @@ def route_stream(
     outcome = _StreamOutcome()
     try:
         yield from _pump(live.pop(final.provider), delivered, outcome, session.walk.attempts[-1])
+        _settle(opened.pop(final.provider, None), final, outcome.failure)
         if outcome.failure is not None and mode == "continuation" and delivered:
-            yield from _continue(session, opener, live, delivered, outcome)
+            yield from _continue(session, opener, live, opened, delivered, outcome)
     except GeneratorExit:
         outcome.failure = ResponseError("The client went away mid-stream.")
         outcome.failure.category = "client_disconnected"
         raise
     finally:
+        for config in opened.values():  # cut short by the client: frees a probe slot
+            _settle(config, final, outcome.failure)
         routed = _finish_stream(session, final, fallback_reason, delivered, outcome, persist)
     if outcome.failure is None:
         yield StreamResult(routed)
@@ -554,16 +567,40 @@ def _pump(
         if outcome.end is None:
             outcome.failure = ResponseError("The stream was cut before it finished.")
     except ProviderError as exc:
-        outcome.failure = exc
+        outcome.failure = _redacted(exc)
     except Exception as exc:
         logger.exception("Stream adapter raised %s", type(exc).__name__)
         outcome.failure = ResponseError(f"The stream failed ({type(exc).__name__}).")
+
+
+def _redacted(exc: ProviderError) -> ProviderError:
+    """A failure after the commit point, where no retry layer scrubs: key values out
+    of its message before it reaches the caller, the breaker, the rows or the logs."""
+    exc.message = scrub(exc.message, known_key_values())[:500]
+    exc.args = (exc.message,)
+    return exc
+
+
+def _settle(
+    config: ProviderConfig | None, opened: ProviderResult, failure: ProviderError | None
+) -> None:
+    """Feed an opened stream's real outcome to the breaker, under the model it was
+    called with (a chain entry's override included): its success only once it ended
+    cleanly, its failure after the commit point as a failure."""
+    if config is None:
+        return
+    if failure is None:
+        breaker.observe(config, opened)
+    else:
+        error = failure.to_info()
+        breaker.observe(config, replace(opened, mode="error", status="error", error=error))
 
 
 def _continue(
     session: _Session,
     opener: Callable[[AuditRequest, bool], Callable[[BaseProvider], ProviderResult]],
     live: dict[str, tuple[Iterator[StreamEvent], list[StreamEvent]]],
+    opened: dict[str, ProviderConfig],
     delivered: list[str],
     outcome: _StreamOutcome,
 ) -> Iterator[StreamChunk]:
@@ -598,6 +635,7 @@ def _continue(
         if not result.ok or name not in live:
             break
         yield from _pump(live.pop(name), delivered, outcome, session.walk.attempts[-1])
+        _settle(opened.pop(name, None), result, outcome.failure)
         if outcome.failure is None:
             outcome.served_by = name
             return
@@ -646,7 +684,4 @@ def _finish_stream(
         result = replace(
             final, mode="error", status="error", output="".join(delivered), error=error
         )
-        adapter_row = session.rows.get(final.provider)
-        if adapter_row is not None:
-            breaker.observe(adapter_row.to_config(), result)
     return session.finish(result, fallback_reason, persist=persist)

@@ -13,13 +13,14 @@ from typing import Any
 import pytest
 from django.test import override_settings
 
-from llm_routing.models import Attempt
+from llm_routing.errors import UnavailableError
+from llm_routing.models import Attempt, Chain, ChainEntry, Provider, RoutingDecision
 from llm_routing.resilience import breaker
-from llm_routing.resilience.breaker import CLOSED
-from llm_routing.router import route
-from llm_routing.types import AuditRequest
+from llm_routing.resilience.breaker import CLOSED, OPEN
+from llm_routing.router import route, route_stream
+from llm_routing.types import AuditRequest, RouterStreamEvent, StreamChunk, StreamFailure
 from tests.breaker_support import FakeClock
-from tests.conftest import Sleeps
+from tests.conftest import ScriptedProvider, Sleeps, make_chain, make_provider, upstream_fields
 from tests.fakes.upstream import Fault, FakeUpstream, Faults
 
 pytestmark = pytest.mark.django_db
@@ -64,3 +65,91 @@ def test_a_deadline_clamped_timeout_is_not_charged_to_a_healthy_provider(
     assert an.phase(clock()) != CLOSED  # the slow 503s do count
     rows = Attempt.objects.filter(provider="oa").values_list("error_category", flat=True)
     assert list(rows) == ["budget_exhausted"] * 3
+
+
+# --- (7) mid-stream accounting -------------------------------------------------------------
+
+STREAM = AuditRequest(task="summarize", input_text="Some input text.", stream=True)
+
+
+def stream_once(request: AuditRequest = STREAM) -> list[RouterStreamEvent]:
+    return list(route_stream(request, sleeper=Sleeps()))
+
+
+def broken_after_first_chunk(fake: FakeUpstream, *, model_override: str = "") -> Provider:
+    row = Provider.objects.create(
+        **{**upstream_fields("oa", "openai", fake), "max_retries": 0, "supports_streaming": True}
+    )
+    chain = Chain.objects.create(name="main", is_default=True)
+    ChainEntry.objects.create(chain=chain, provider=row, position=0, model=model_override)
+    return row
+
+
+def test_a_provider_failing_after_the_first_chunk_opens_its_circuit(
+    fake_upstream: FakeUpstream, clock: FakeClock
+) -> None:
+    broken_after_first_chunk(fake_upstream)
+    for _ in range(3):
+        fake_upstream.script("openai", Faults.stream(error_after=1, error_status=503))
+        events = stream_once()
+        assert isinstance(events[0], StreamChunk)
+        assert isinstance(events[-1], StreamFailure) and events[-1].partial
+    circuit = breaker.store.load("oa", "openai-model")
+    assert circuit.phase(clock()) == OPEN  # the commit point no longer resets the count
+    seen = len(fake_upstream.requests)
+    skipped = stream_once()
+    assert len(fake_upstream.requests) == seen  # the open circuit is skipped
+    last = skipped[-1]
+    assert last.routed.metadata.skipped_providers[0] == {  # type: ignore[union-attr]
+        "provider": "oa",
+        "reason": "circuit_open",
+    }
+
+
+def test_a_mid_stream_failure_is_charged_to_the_chain_entrys_model(
+    fake_upstream: FakeUpstream, clock: FakeClock
+) -> None:
+    broken_after_first_chunk(fake_upstream, model_override="gpt-override")
+    for _ in range(3):
+        fake_upstream.script("openai", Faults.stream(error_after=1, error_status=503))
+        assert isinstance(stream_once()[-1], StreamFailure)
+    assert [r.json["model"] for r in fake_upstream.requests] == ["gpt-override"] * 3
+    assert breaker.store.load("oa", "gpt-override").phase(clock()) == OPEN
+    untouched = breaker.store.load("oa", "openai-model")
+    assert untouched.failures == 0 and untouched.last_error_at is None
+
+
+def test_a_custom_adapters_mid_stream_error_text_is_redacted(
+    scripted: type[ScriptedProvider], key_env: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    make_chain("main", [make_provider("a", supports_streaming=True)], is_default=True)
+    scripted.streams["a"] = [["one ", UnavailableError(f"upstream said: bad key {key_env}")]]
+    with caplog.at_level("DEBUG"):
+        events = stream_once(AuditRequest(task="t", input_text="x", stream=True))
+    failure = events[-1]
+    assert isinstance(failure, StreamFailure) and failure.partial
+    assert key_env not in failure.error.message and "[redacted]" in failure.error.message
+    assert key_env not in repr(failure.routed.to_dict())
+    assert key_env not in caplog.text
+    decision = RoutingDecision.objects.get(request_id=failure.routed.request_id)
+    stored = repr(list(RoutingDecision.objects.values())) + repr(
+        list(decision.attempts.values())
+    )
+    assert key_env not in stored
+
+
+def test_a_client_disconnect_is_not_the_providers_failure(
+    fake_upstream: FakeUpstream, clock: FakeClock, api: Any
+) -> None:
+    broken_after_first_chunk(fake_upstream)
+    fake_upstream.script("openai", Faults.stream(interval=0.05))
+    events = route_stream(STREAM, sleeper=Sleeps())
+    assert isinstance(next(events), StreamChunk)
+    events.close()  # the client went away
+    row = Attempt.objects.get()
+    assert row.error_category == "client_disconnected"
+    circuit = breaker.store.load("oa", "openai-model")
+    assert circuit.failures == 0 and circuit.last_error_category is None
+    health = api.get("/health/").json()
+    (oa,) = [p for p in health["providers"] if p["name"] == "oa"]
+    assert oa["health"]["last_error_category"] is None
