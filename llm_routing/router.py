@@ -277,6 +277,31 @@ def _advances(result: ProviderResult) -> bool:
 
 AttemptFn = Callable[[BaseProvider], ProviderResult]
 
+#: Row params that set a provider's output length (both are ceilings).
+OUTPUT_PARAMS = ("max_tokens", "max_completion_tokens")
+
+
+def _row_max_tokens(config: ProviderConfig) -> int | None:
+    values = [
+        v
+        for k in OUTPUT_PARAMS
+        if isinstance(v := (config.params or {}).get(k), int) and not isinstance(v, bool) and v > 0
+    ]
+    return min(values) if values else None
+
+
+def with_output_ceiling(request: AuditRequest, config: ProviderConfig) -> AuditRequest:
+    """The request as this candidate may send it: the ``max_tokens`` asked for (the
+    client's, else the row's own) never above the row's params nor ``MAX_OUTPUT_TOKENS``.
+    Applied per candidate, before any adapter builds a payload."""
+    row = _row_max_tokens(config)
+    ceiling_setting = routing_settings.MAX_OUTPUT_TOKENS
+    ceilings = [c for c in (row, int(ceiling_setting) if ceiling_setting else None) if c]
+    wanted = request.max_tokens if request.max_tokens is not None else row
+    if wanted is None or not ceilings or wanted <= min(ceilings):
+        return request
+    return replace(request, max_tokens=min(ceilings))
+
 
 class _Session:
     """One routed request: its plan, walk, budget; shared by route() and route_stream()."""
@@ -311,7 +336,7 @@ class _Session:
 
         ``defer_success``: an opened stream is not a success yet — the caller feeds the
         breaker once the stream has ended (:func:`_settle`)."""
-        request = request or self.request
+        request = with_output_ceiling(request or self.request, adapter.config)
         config = adapter.config
         send(
             before_provider_call,
@@ -489,7 +514,8 @@ def route_stream(
     def opener(req: AuditRequest, buffer_all: bool) -> Callable[[BaseProvider], ProviderResult]:
         def attempt(adapter: BaseProvider) -> ProviderResult:
             def invoke(api_key: str | None, timeout: float) -> ProviderResult:
-                events = adapter.stream(req, api_key=api_key, timeout=timeout)
+                clamped = with_output_ceiling(req, adapter.config)
+                events = adapter.stream(clamped, api_key=api_key, timeout=timeout)
                 head: list[StreamEvent] = []
                 for event in events:  # failures here are pre-commit: they fail over
                     head.append(event)

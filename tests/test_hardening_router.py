@@ -153,3 +153,66 @@ def test_a_client_disconnect_is_not_the_providers_failure(
     health = api.get("/health/").json()
     (oa,) = [p for p in health["providers"] if p["name"] == "oa"]
     assert oa["health"]["last_error_category"] is None
+
+
+# --- (5) output ceilings ---------------------------------------------------------------------
+
+
+def chat(api: Any, **body: Any) -> Any:
+    body = {"model": "oc", "messages": [{"role": "user", "content": "hi"}], **body}
+    return api.post("/v1/chat/completions", body, format="json")
+
+
+@pytest.fixture
+def oc(fake_upstream: FakeUpstream) -> Provider:
+    fields = upstream_fields("oc", "openai_compatible", fake_upstream)
+    return Provider.objects.create(**{**fields, "params": {"max_tokens": 256}})
+
+
+def test_the_rows_max_tokens_is_a_ceiling_for_the_client(
+    api: Any, fake_upstream: FakeUpstream, oc: Provider
+) -> None:
+    resp = chat(api, max_tokens=1_000_000)
+    assert resp.status_code == 200, resp.json()
+    resp = chat(api, max_tokens=100)
+    assert resp.status_code == 200
+    resp = chat(api)
+    assert resp.status_code == 200
+    sent = [r.json["max_tokens"] for r in fake_upstream.requests_for("openai")]
+    assert sent == [256, 100, 256]
+
+
+@override_settings(LLM_ROUTING={"MAX_OUTPUT_TOKENS": 512})
+def test_the_global_ceiling_clamps_clients_and_rows(
+    api: Any, fake_upstream: FakeUpstream, oc: Provider
+) -> None:
+    oc.params = {"max_tokens": 4096}
+    oc.save()
+    assert chat(api, max_completion_tokens=100_000).status_code == 200
+    assert chat(api).status_code == 200  # the row's own 4096 is above the ceiling too
+    assert chat(api, max_tokens=300).status_code == 200
+    sent = [r.json["max_tokens"] for r in fake_upstream.requests_for("openai")]
+    assert sent == [512, 512, 300]
+
+
+def test_a_streamed_anthropic_call_is_clamped_too(fake_upstream: FakeUpstream) -> None:
+    fields = upstream_fields("an", "anthropic", fake_upstream)
+    row = Provider.objects.create(
+        **{**fields, "supports_streaming": True, "params": {"max_tokens": 300}}
+    )
+    make_chain("main", [row], is_default=True)
+    request = AuditRequest(task="t", input_text="x", stream=True, max_tokens=50_000)
+    events = list(route_stream(request, sleeper=Sleeps()))
+    assert events[-1].routed.result.ok  # type: ignore[union-attr]
+    assert [r.json["max_tokens"] for r in fake_upstream.requests_for("anthropic")] == [300]
+
+
+@pytest.mark.parametrize("field", ["max_tokens", "max_completion_tokens"])
+def test_max_tokens_above_the_hard_bound_is_a_400_naming_the_field(
+    api: Any, fake_upstream: FakeUpstream, oc: Provider, field: str
+) -> None:
+    resp = chat(api, **{field: 1_000_000_000})
+    assert resp.status_code == 400
+    error = resp.json()["error"]
+    assert error["param"] == field and "1048576" in error["message"]
+    assert fake_upstream.requests == []

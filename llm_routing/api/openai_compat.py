@@ -103,6 +103,12 @@ class ChatCompletionRequestSerializer(serializers.Serializer):
             raise serializers.ValidationError("At most 256 messages are allowed.")
         return value
 
+    def validate_max_tokens(self, value: int | None) -> int | None:
+        return output_tokens_within_limit(value)
+
+    def validate_max_completion_tokens(self, value: int | None) -> int | None:
+        return output_tokens_within_limit(value)
+
     def to_request(self) -> AuditRequest:
         d = self.validated_data
         messages = d["messages"]
@@ -135,6 +141,14 @@ class ChatCompletionRequestSerializer(serializers.Serializer):
             max_tokens=d.get("max_completion_tokens") or d.get("max_tokens"),
             **selection,
         )
+
+
+def output_tokens_within_limit(value: int | None) -> int | None:
+    """400 above ``MAX_OUTPUT_TOKENS_LIMIT``; below it the router clamps to the ceilings."""
+    limit = int(routing_settings.MAX_OUTPUT_TOKENS_LIMIT)
+    if value is not None and value > limit:
+        raise serializers.ValidationError(f"Ensure this value is less than or equal to {limit}.")
+    return value
 
 
 def _select(model: str) -> dict[str, Any]:
