@@ -25,6 +25,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 
+from .access import denied_candidates
 from .conf import routing_settings
 from .errors import NetworkError, ProviderError, ResponseError, scrub
 from .logging import known_key_values
@@ -257,6 +258,8 @@ def _skip_result(name: str, model: str, reason: str) -> ProviderResult:
             "unknown_provider": "No provider has that name.",
             "unsupported": "The provider lacks a capability this request needs.",
             "circuit_open": "The provider's circuit is open.",
+            "not_allowed": "You may not route to this provider.",
+            "budget_exhausted": "The request-wide deadline or attempt budget is used up.",
         }.get(reason, reason)
     return ProviderResult(
         provider=name,
@@ -319,6 +322,14 @@ class _Session:
             deadline_s=float(routing_settings.REQUEST_DEADLINE_S),
             max_attempts=int(routing_settings.MAX_ATTEMPTS),
         )
+        # Candidates the caller may not use: skipped as not_allowed (docs/operations.md).
+        self.denied = denied_candidates(
+            principal=request.principal,
+            names=self.plan.names,
+            chain_name=self.plan.chain_name,
+            requested_provider=self.plan.requested_provider,
+            forced=self.plan.router_mode == "forced",
+        )
 
     @property
     def request_id(self) -> str:
@@ -367,11 +378,15 @@ class _Session:
         name = self.plan.names[0]
         row = self.rows.get(name)
         adapter = _adapter_for(name, "", row)
-        # Forced mode is never skipped for an open circuit or the budget.
+        # Forced mode never substitutes the mock, but it respects the access rules, the
+        # attempt budget and the circuit: an open circuit answers circuit_open without
+        # a call; a half-open one lets the forced call be its single probe.
         reason = (
-            "unknown_provider"
+            "not_allowed"
+            if name in self.denied
+            else "unknown_provider"
             if adapter is None
-            else _skip_reason(name, row, adapter, request, check_circuit=False)
+            else _skip_reason(name, row, adapter, request, self.budget)
         )
         if reason is not None or adapter is None:
             reason = reason or "unknown_provider"
@@ -389,7 +404,11 @@ class _Session:
         for position, (name, model) in enumerate(plan.candidates):
             row = self.rows.get(name)
             adapter = _adapter_for(name, model, row)
-            reason = _skip_reason(name, row, adapter, self.request, self.budget)
+            reason = (
+                "not_allowed"
+                if name in self.denied
+                else _skip_reason(name, row, adapter, self.request, self.budget)
+            )
             if reason is not None:
                 shown_model = model or (row.model if row else "")
                 walk.add(provider=name, model=shown_model, outcome="skipped", reason=reason)
@@ -652,7 +671,7 @@ def _continue(
     for name in after:
         row = session.rows.get(name)
         adapter = _adapter_for(name, "", row)
-        if row is None or adapter is None or not row.supports_prefill:
+        if row is None or adapter is None or not row.supports_prefill or name in session.denied:
             continue
         if _skip_reason(name, row, adapter, session.request) is not None:
             continue

@@ -16,6 +16,7 @@ __all__ = [
     "AttemptRecord",
     "AuditRequest",
     "ErrorInfo",
+    "Principal",
     "ProviderConfig",
     "ProviderResult",
     "RouterStreamEvent",
@@ -39,6 +40,18 @@ RouterMode = Literal["explicit", "default", "rule", "forced"]
 
 
 @dataclass(frozen=True, slots=True)
+class Principal:
+    """Who is asking, as far as routing cares: computed by the API layer from the
+    authenticated user (so the router never imports auth models). ``user_id`` None is
+    an anonymous caller."""
+
+    user_id: Any = None
+    group_ids: frozenset[Any] = frozenset()
+    can_force_provider: bool = False
+    can_route_any_provider: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class AuditRequest:
     """One well-formed routing request (already validated by the API or caller)."""
 
@@ -59,6 +72,9 @@ class AuditRequest:
     # Passed through by the OpenAI-compatible face (None: the provider's default).
     temperature: float | None = None
     max_tokens: int | None = None
+    # The caller's identity for the access rules (docs/operations.md); None: a trusted
+    # caller (the Python API, management commands) that may route anywhere.
+    principal: Principal | None = None
 
     @property
     def input_length(self) -> int:

@@ -21,7 +21,7 @@ from llm_routing.router import route, route_stream
 from llm_routing.types import AuditRequest, RouterStreamEvent, StreamChunk, StreamFailure
 from tests.breaker_support import FakeClock
 from tests.conftest import ScriptedProvider, Sleeps, make_chain, make_provider, upstream_fields
-from tests.fakes.upstream import Fault, FakeUpstream, Faults
+from tests.fakes.upstream import FakeUpstream, Fault, Faults
 
 pytestmark = pytest.mark.django_db
 
@@ -132,9 +132,7 @@ def test_a_custom_adapters_mid_stream_error_text_is_redacted(
     assert key_env not in repr(failure.routed.to_dict())
     assert key_env not in caplog.text
     decision = RoutingDecision.objects.get(request_id=failure.routed.request_id)
-    stored = repr(list(RoutingDecision.objects.values())) + repr(
-        list(decision.attempts.values())
-    )
+    stored = repr(list(RoutingDecision.objects.values())) + repr(list(decision.attempts.values()))
     assert key_env not in stored
 
 
@@ -166,7 +164,9 @@ def chat(api: Any, **body: Any) -> Any:
 @pytest.fixture
 def oc(fake_upstream: FakeUpstream) -> Provider:
     fields = upstream_fields("oc", "openai_compatible", fake_upstream)
-    return Provider.objects.create(**{**fields, "params": {"max_tokens": 256}})
+    row = Provider.objects.create(**{**fields, "params": {"max_tokens": 256}})
+    make_chain("main", [row], is_default=True)  # a chain anyone may use
+    return row
 
 
 def test_the_rows_max_tokens_is_a_ceiling_for_the_client(

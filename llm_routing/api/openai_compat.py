@@ -264,7 +264,7 @@ class ChatCompletionsView(OpenAIErrorsMixin, RoutingAPIView):
     def post(self, request: Request) -> Response | StreamingHttpResponse:
         serializer = ChatCompletionRequestSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
-        audit_request = serializer.to_request()
+        audit_request = self.authorize(request, serializer.to_request())
         opts = serializer.validated_data.get("stream_options") or {}
         if audit_request.stream:
             return self._stream(audit_request, include_usage=bool(opts.get("include_usage")))

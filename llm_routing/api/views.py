@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 from django.http import StreamingHttpResponse
@@ -11,12 +12,14 @@ from django.utils.module_loading import import_string
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import serializers
 from rest_framework.authentication import BaseAuthentication
+from rest_framework.exceptions import PermissionDenied
 from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.throttling import BaseThrottle
 from rest_framework.views import APIView
 
+from ..access import principal_for, refusal
 from ..conf import routing_settings
 from ..models import Provider
 from ..resilience import breaker
@@ -45,6 +48,15 @@ class RoutingAPIView(APIView):
     def get_throttles(self) -> list[BaseThrottle]:
         return [import_string(p)() for p in routing_settings.API_THROTTLE_CLASSES]
 
+    def authorize(self, request: Request, audit_request: AuditRequest) -> AuditRequest:
+        """The request carrying its caller's identity; 403 with the reason when the
+        caller may not route where it asks (docs/operations.md)."""
+        audit_request = replace(audit_request, principal=principal_for(request.user))
+        reason = refusal(audit_request)
+        if reason is not None:
+            raise PermissionDenied(reason)
+        return audit_request
+
 
 class AuditView(RoutingAPIView):
     @extend_schema(
@@ -54,6 +66,7 @@ class AuditView(RoutingAPIView):
             202: OpenApiResponse(description='"async": true — the job id and its status URL.'),
             400: OpenApiResponse(description="Invalid input: DRF field errors."),
             401: OpenApiResponse(description="Not authenticated."),
+            403: OpenApiResponse(description="Not allowed to route there (the reason)."),
             413: OpenApiResponse(description="Request body too large."),
             429: OpenApiResponse(description="Throttled."),
         },
@@ -62,11 +75,11 @@ class AuditView(RoutingAPIView):
     def post(self, request: Request) -> Response | StreamingHttpResponse:
         serializer = AuditRequestSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
+        audit_request = self.authorize(request, serializer.to_request())
         if serializer.validated_data.get("async"):
             from .job_views import submit_job
 
             return submit_job(request, serializer.validated_data)
-        audit_request = serializer.to_request()
         if audit_request.stream:
             response = StreamingHttpResponse(
                 _audit_events(audit_request), content_type="text/event-stream"
