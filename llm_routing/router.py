@@ -19,11 +19,13 @@
 from __future__ import annotations
 
 import itertools
+import json
 import logging
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from .access import denied_candidates
 from .conf import routing_settings
@@ -270,6 +272,46 @@ def _skip_result(name: str, model: str, reason: str) -> ProviderResult:
     )
 
 
+def _clean(value: Any, secrets: list[str]) -> Any:
+    """Every string inside ``value`` (dict keys included) with key values scrubbed."""
+    if isinstance(value, str):
+        return scrub(value, secrets)
+    if isinstance(value, dict):
+        return {_clean(k, secrets): _clean(v, secrets) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_clean(v, secrets) for v in value]
+    return value
+
+
+def _input_echoes(request: AuditRequest) -> list[str]:
+    """The forms in which an upstream error message may echo the caller's input."""
+    texts = [t for t in (request.input_text, request.instructions) if t]
+    forms = {*texts, *(json.dumps(t, ensure_ascii=False)[1:-1] for t in texts)}
+    forms.update(line for t in texts for line in t.splitlines() if len(line.strip()) >= 8)
+    return sorted(forms, key=len, reverse=True)
+
+
+def scrub_error(error: ErrorInfo, request: AuditRequest) -> ErrorInfo:
+    """An error's message without key values and without the caller's input echoed."""
+    message = scrub(scrub(error.message, known_key_values()), _input_echoes(request))
+    return error if message == error.message else replace(error, message=message)
+
+
+def sanitized(result: ProviderResult, request: AuditRequest) -> ProviderResult:
+    """The answer as it may reach a caller, a job row or a command's output: key values
+    scrubbed from every string of it (an upstream may echo the key in its content,
+    structured data or model name), the input scrubbed from its error message."""
+    secrets = known_key_values()
+    return replace(
+        result,
+        output=scrub(result.output, secrets),
+        model=scrub(result.model, secrets),
+        data=_clean(result.data, secrets),
+        finish_reason=_clean(result.finish_reason, secrets),
+        error=scrub_error(result.error, request) if result.error else None,
+    )
+
+
 def _advances(result: ProviderResult) -> bool:
     if result.error is None:
         return True
@@ -361,7 +403,7 @@ class _Session:
             kwargs["sleeper"] = self.sleeper
         if breaker.is_probe(config):
             kwargs["max_retries"] = 0  # a half-open probe is exactly one upstream request
-        result = call_with_retries(adapter, request, **kwargs)  # type: ignore[arg-type]
+        result = sanitized(call_with_retries(adapter, request, **kwargs), request)  # type: ignore[arg-type]
         if not (defer_success and result.ok):
             breaker.observe(config, result)
         send(after_provider_result, request_id=self.request_id, provider=config.name, result=result)
@@ -450,6 +492,7 @@ class _Session:
         self, final: ProviderResult, fallback_reason: str | None, *, persist: bool
     ) -> RoutingResult:
         plan = self.plan
+        final = sanitized(final, self.request)
         metadata = RoutingMetadata(
             request_id=self.request_id,
             router_mode=plan.router_mode,
@@ -581,7 +624,7 @@ def route_stream(
     if outcome.failure is None:
         yield StreamResult(routed)
     else:
-        info = (outcome.original or outcome.failure).to_info()
+        info = scrub_error((outcome.original or outcome.failure).to_info(), request)
         yield StreamFailure(error=info, partial=bool(delivered), routed=routed)
 
 
@@ -601,14 +644,15 @@ def _pump(
 ) -> Iterator[StreamChunk]:
     events, head = source
     outcome.end, outcome.failure = None, None
+    guard = _KeyGuard(known_key_values())
     try:
         for event in itertools.chain(head, events):
             if isinstance(event, StreamEnd):
                 outcome.end = event
                 break
-            if event.text:
-                delivered.append(event.text)
-                yield StreamChunk(event.text, provider=served.provider, model=served.model)
+            if text := guard.feed(event.text):
+                delivered.append(text)
+                yield StreamChunk(text, provider=served.provider, model=served.model)
         if outcome.end is None:
             outcome.failure = ResponseError("The stream was cut before it finished.")
     except ProviderError as exc:
@@ -616,6 +660,40 @@ def _pump(
     except Exception as exc:
         logger.exception("Stream adapter raised %s", type(exc).__name__)
         outcome.failure = ResponseError(f"The stream failed ({type(exc).__name__}).")
+    if rest := guard.flush():
+        delivered.append(rest)
+        yield StreamChunk(rest, provider=served.provider, model=served.model)
+
+
+class _KeyGuard:
+    """Scrubs key values out of streamed text, even a key split across chunks: the
+    longest tail of the text so far that could begin a key is held back until the next
+    chunk shows whether it does (ordinary text is never held back)."""
+
+    def __init__(self, secrets: list[str]) -> None:
+        self.secrets = secrets
+        self.pending = ""
+
+    def feed(self, text: str) -> str:
+        if not self.secrets:
+            return text
+        pending = scrub(self.pending + text, self.secrets)
+        hold = self._key_prefix_len(pending)
+        self.pending = pending[len(pending) - hold :] if hold else ""
+        return pending[: len(pending) - hold]
+
+    def flush(self) -> str:
+        rest, self.pending = self.pending, ""
+        return rest
+
+    def _key_prefix_len(self, text: str) -> int:
+        best = 0
+        for secret in self.secrets:
+            for size in range(min(len(secret) - 1, len(text)), best, -1):
+                if secret.startswith(text[-size:]):
+                    best = size
+                    break
+        return best
 
 
 def _redacted(exc: ProviderError) -> ProviderError:
