@@ -19,17 +19,15 @@
 from __future__ import annotations
 
 import itertools
-import json
 import logging
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from .access import denied_candidates
 from .conf import routing_settings
-from .errors import NetworkError, ProviderError, ResponseError, scrub
+from .errors import NetworkError, ProviderError, ResponseError
 from .logging import known_key_values
 from .models import Chain, Provider, RoutingRule
 from .providers.base import BaseProvider
@@ -38,6 +36,7 @@ from .recorder import record
 from .resilience import breaker
 from .resilience.budget import Budget
 from .resilience.retry import Invoke, call_with_retries
+from .sanitize import KeyGuard, redacted, sanitized, scrub_error
 from .signals import after_provider_result, before_provider_call, on_provider_fallback, send
 from .types import (
     MOCK_PROVIDER_NAME,
@@ -272,46 +271,6 @@ def _skip_result(name: str, model: str, reason: str) -> ProviderResult:
     )
 
 
-def _clean(value: Any, secrets: list[str]) -> Any:
-    """Every string inside ``value`` (dict keys included) with key values scrubbed."""
-    if isinstance(value, str):
-        return scrub(value, secrets)
-    if isinstance(value, dict):
-        return {_clean(k, secrets): _clean(v, secrets) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_clean(v, secrets) for v in value]
-    return value
-
-
-def _input_echoes(request: AuditRequest) -> list[str]:
-    """The forms in which an upstream error message may echo the caller's input."""
-    texts = [t for t in (request.input_text, request.instructions) if t]
-    forms = {*texts, *(json.dumps(t, ensure_ascii=False)[1:-1] for t in texts)}
-    forms.update(line for t in texts for line in t.splitlines() if len(line.strip()) >= 8)
-    return sorted(forms, key=len, reverse=True)
-
-
-def scrub_error(error: ErrorInfo, request: AuditRequest) -> ErrorInfo:
-    """An error's message without key values and without the caller's input echoed."""
-    message = scrub(scrub(error.message, known_key_values()), _input_echoes(request))
-    return error if message == error.message else replace(error, message=message)
-
-
-def sanitized(result: ProviderResult, request: AuditRequest) -> ProviderResult:
-    """The answer as it may reach a caller, a job row or a command's output: key values
-    scrubbed from every string of it (an upstream may echo the key in its content,
-    structured data or model name), the input scrubbed from its error message."""
-    secrets = known_key_values()
-    return replace(
-        result,
-        output=scrub(result.output, secrets),
-        model=scrub(result.model, secrets),
-        data=_clean(result.data, secrets),
-        finish_reason=_clean(result.finish_reason, secrets),
-        error=scrub_error(result.error, request) if result.error else None,
-    )
-
-
 def _advances(result: ProviderResult) -> bool:
     if result.error is None:
         return True
@@ -403,7 +362,8 @@ class _Session:
             kwargs["sleeper"] = self.sleeper
         if breaker.is_probe(config):
             kwargs["max_retries"] = 0  # a half-open probe is exactly one upstream request
-        result = sanitized(call_with_retries(adapter, request, **kwargs), request)  # type: ignore[arg-type]
+        result = call_with_retries(adapter, request, **kwargs)  # type: ignore[arg-type]
+        result = sanitized(result, request)
         if not (defer_success and result.ok):
             breaker.observe(config, result)
         send(after_provider_result, request_id=self.request_id, provider=config.name, result=result)
@@ -644,7 +604,7 @@ def _pump(
 ) -> Iterator[StreamChunk]:
     events, head = source
     outcome.end, outcome.failure = None, None
-    guard = _KeyGuard(known_key_values())
+    guard = KeyGuard(known_key_values())
     try:
         for event in itertools.chain(head, events):
             if isinstance(event, StreamEnd):
@@ -656,52 +616,13 @@ def _pump(
         if outcome.end is None:
             outcome.failure = ResponseError("The stream was cut before it finished.")
     except ProviderError as exc:
-        outcome.failure = _redacted(exc)
+        outcome.failure = redacted(exc)
     except Exception as exc:
         logger.exception("Stream adapter raised %s", type(exc).__name__)
         outcome.failure = ResponseError(f"The stream failed ({type(exc).__name__}).")
     if rest := guard.flush():
         delivered.append(rest)
         yield StreamChunk(rest, provider=served.provider, model=served.model)
-
-
-class _KeyGuard:
-    """Scrubs key values out of streamed text, even a key split across chunks: the
-    longest tail of the text so far that could begin a key is held back until the next
-    chunk shows whether it does (ordinary text is never held back)."""
-
-    def __init__(self, secrets: list[str]) -> None:
-        self.secrets = secrets
-        self.pending = ""
-
-    def feed(self, text: str) -> str:
-        if not self.secrets:
-            return text
-        pending = scrub(self.pending + text, self.secrets)
-        hold = self._key_prefix_len(pending)
-        self.pending = pending[len(pending) - hold :] if hold else ""
-        return pending[: len(pending) - hold]
-
-    def flush(self) -> str:
-        rest, self.pending = self.pending, ""
-        return rest
-
-    def _key_prefix_len(self, text: str) -> int:
-        best = 0
-        for secret in self.secrets:
-            for size in range(min(len(secret) - 1, len(text)), best, -1):
-                if secret.startswith(text[-size:]):
-                    best = size
-                    break
-        return best
-
-
-def _redacted(exc: ProviderError) -> ProviderError:
-    """A failure after the commit point, where no retry layer scrubs: key values out
-    of its message before it reaches the caller, the breaker, the rows or the logs."""
-    exc.message = scrub(exc.message, known_key_values())[:500]
-    exc.args = (exc.message,)
-    return exc
 
 
 def _settle(
