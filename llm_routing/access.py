@@ -4,7 +4,8 @@
   everyone; otherwise only to those users and the members of those groups. Chains from
   settings (``DEFAULT_CHAIN``, ``ROUTES``) are open to everyone.
 * Naming a provider (``provider``, ``/v1`` ``model=<provider>``) that is in no chain the
-  caller may use needs the ``llm_routing.route_any_provider`` permission.
+  caller may use needs the ``llm_routing.route_any_provider`` permission, which also
+  opens every chain.
 * ``force_provider`` needs ``llm_routing.force_provider`` (and, for a provider outside
   the caller's chains, ``route_any_provider`` too).
 * Staff users and superusers hold both permissions. A request without a
@@ -56,7 +57,9 @@ def principal_for(user: Any) -> Principal:
 
 
 def allowed_chains(principal: Principal) -> QuerySet[Chain]:
-    """The chain rows this principal may use."""
+    """The chain rows this principal may use (all of them with ``route_any_provider``)."""
+    if principal.can_route_any_provider:
+        return Chain.objects.all()
     mine = Q(allowed_users__isnull=True, allowed_groups__isnull=True)
     if principal.user_id is not None:
         mine |= Q(allowed_users__pk=principal.user_id)

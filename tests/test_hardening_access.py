@@ -206,3 +206,20 @@ def test_an_async_job_runs_under_its_owners_access_rules(
         {"provider": "vip", "reason": "not_allowed"}
     ]
     assert fake_upstream.requests == []
+
+
+def test_v1_models_lists_only_what_i_may_name(
+    api: APIClient, django_user_model: Any, rows: dict[str, Provider]
+) -> None:
+    listed = {m["id"] for m in api.get("/v1/models").json()["data"]}
+    assert {"main", "pub", "gold", "mock"} <= listed
+    assert not listed & {"premium", "vip", "lone"}
+    staff = client_for(django_user_model.objects.create_user("ops", "o@x.io", "pw", is_staff=True))
+    listed = {m["id"] for m in staff.get("/v1/models").json()["data"]}
+    assert {"main", "premium", "pub", "vip", "lone"} <= listed
+
+
+def test_staff_may_use_a_limited_chain(django_user_model: Any, rows: dict[str, Provider]) -> None:
+    staff = client_for(django_user_model.objects.create_user("ops", "o@x.io", "pw", is_staff=True))
+    resp = staff.post("/audit/", {**BODY, "route": "gold"}, format="json")
+    assert resp.json()["result"]["provider"] == "vip"

@@ -25,6 +25,7 @@ from rest_framework import exceptions, serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from ..access import allowed_chains, principal_for, provider_allowed
 from ..conf import routing_settings
 from ..models import Chain, Provider, RoutingRule
 from ..router import route_stream
@@ -36,7 +37,7 @@ from ..types import (
     StreamFailure,
     StreamResult,
 )
-from .serializers import StrictCharField
+from .serializers import StrictCharField, output_tokens_within_limit
 from .sse import SSE_HEADERS, sse
 from .views import RoutingAPIView
 
@@ -141,14 +142,6 @@ class ChatCompletionRequestSerializer(serializers.Serializer):
             max_tokens=d.get("max_completion_tokens") or d.get("max_tokens"),
             **selection,
         )
-
-
-def output_tokens_within_limit(value: int | None) -> int | None:
-    """400 above ``MAX_OUTPUT_TOKENS_LIMIT``; below it the router clamps to the ceilings."""
-    limit = int(routing_settings.MAX_OUTPUT_TOKENS_LIMIT)
-    if value is not None and value > limit:
-        raise serializers.ValidationError(f"Ensure this value is less than or equal to {limit}.")
-    return value
 
 
 def _select(model: str) -> dict[str, Any]:
@@ -378,7 +371,10 @@ class ModelsView(OpenAIErrorsMixin, RoutingAPIView):
     )
     def get(self, request: Request) -> Response:
         created = 0
-        ids: list[tuple[str, str]] = [(c.name, "chain") for c in Chain.objects.order_by("name")]
+        # Only what this caller may name (docs/operations.md, "Who may route where").
+        principal = principal_for(request.user)
+        chains = allowed_chains(principal).order_by("name")
+        ids: list[tuple[str, str]] = [(c.name, "chain") for c in chains]
         routes = set(routing_settings.ROUTES or {}) | set(
             RoutingRule.objects.filter(enabled=True)
             .exclude(route="")
@@ -386,7 +382,9 @@ class ModelsView(OpenAIErrorsMixin, RoutingAPIView):
         )
         ids += [(r, "route") for r in sorted(routes)]
         ids += [
-            (p.name, "provider") for p in Provider.objects.filter(enabled=True).order_by("name")
+            (p.name, "provider")
+            for p in Provider.objects.filter(enabled=True).order_by("name")
+            if provider_allowed(p.name, principal)
         ]
         if not any(name == "mock" for name, _ in ids):
             ids.append(("mock", "provider"))
