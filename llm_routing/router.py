@@ -35,7 +35,7 @@ from .providers.registry import get_adapter, is_known_kind
 from .recorder import record
 from .resilience import breaker
 from .resilience.budget import Budget
-from .resilience.retry import Invoke, call_with_retries
+from .resilience.retry import Invoke, call_with_retries, deadline_caused
 from .sanitize import KeyGuard, redacted, sanitized, scrub_error
 from .signals import after_provider_result, before_provider_call, on_provider_fallback, send
 from .types import (
@@ -531,7 +531,7 @@ def route_stream(
     mode = stream_mode or session.plan.stream_mode
     live: dict[str, tuple[Iterator[StreamEvent], list[StreamEvent]]] = {}
     # Opened streams whose outcome the breaker has not seen yet (settled when they end).
-    opened: dict[str, ProviderConfig] = {}
+    opened: dict[str, _Opened] = {}
 
     def opener(req: AuditRequest, buffer_all: bool) -> Callable[[BaseProvider], ProviderResult]:
         def attempt(adapter: BaseProvider) -> ProviderResult:
@@ -549,7 +549,7 @@ def route_stream(
                     # A truncated transfer, still pre-commit: transient, so it fails over.
                     raise NetworkError("The stream ended before it finished.")
                 live[adapter.config.name] = (events, head)
-                opened[adapter.config.name] = adapter.config
+                opened[adapter.config.name] = (adapter.config, timeout)
                 return ProviderResult(
                     provider=adapter.config.name,
                     model=adapter.config.model,
@@ -570,7 +570,7 @@ def route_stream(
     outcome = _StreamOutcome()
     try:
         yield from _pump(live.pop(final.provider), delivered, outcome, session.walk.attempts[-1])
-        _settle(opened.pop(final.provider, None), final, outcome.failure)
+        _settle(session, opened.pop(final.provider, None), final, outcome)
         if outcome.failure is not None and mode == "continuation" and delivered:
             yield from _continue(session, opener, live, opened, delivered, outcome)
     except GeneratorExit:
@@ -578,8 +578,8 @@ def route_stream(
         outcome.failure.category = "client_disconnected"
         raise
     finally:
-        for config in opened.values():  # cut short by the client: frees a probe slot
-            _settle(config, final, outcome.failure)
+        for entry in opened.values():  # cut short by the client: frees a probe slot
+            _settle(session, entry, final, outcome)
         routed = _finish_stream(session, final, fallback_reason, delivered, outcome, persist)
     if outcome.failure is None:
         yield StreamResult(routed)
@@ -625,26 +625,37 @@ def _pump(
         yield StreamChunk(rest, provider=served.provider, model=served.model)
 
 
+#: An opened stream: the config it was called with and the timeout it was given.
+_Opened = tuple[ProviderConfig, float]
+
+
 def _settle(
-    config: ProviderConfig | None, opened: ProviderResult, failure: ProviderError | None
+    session: _Session, entry: _Opened | None, opened: ProviderResult, outcome: _StreamOutcome
 ) -> None:
     """Feed an opened stream's real outcome to the breaker, under the model it was
     called with (a chain entry's override included): its success only once it ended
-    cleanly, its failure after the commit point as a failure."""
-    if config is None:
+    cleanly, its failure after the commit point as a failure — unless it is a timeout
+    only the request deadline caused (then ``budget_exhausted``, as before the commit
+    point, and not charged)."""
+    if entry is None:
         return
+    config, timeout = entry
+    failure = outcome.failure
     if failure is None:
         breaker.observe(config, opened)
-    else:
-        error = failure.to_info()
-        breaker.observe(config, replace(opened, mode="error", status="error", error=error))
+        return
+    failure = outcome.failure = deadline_caused(
+        failure, timeout=timeout, own_timeout=config.timeout_s, budget=session.budget
+    )
+    error = failure.to_info()
+    breaker.observe(config, replace(opened, mode="error", status="error", error=error))
 
 
 def _continue(
     session: _Session,
     opener: Callable[[AuditRequest, bool], Callable[[BaseProvider], ProviderResult]],
     live: dict[str, tuple[Iterator[StreamEvent], list[StreamEvent]]],
-    opened: dict[str, ProviderConfig],
+    opened: dict[str, _Opened],
     delivered: list[str],
     outcome: _StreamOutcome,
 ) -> Iterator[StreamChunk]:
@@ -679,7 +690,7 @@ def _continue(
         if not result.ok or name not in live:
             break
         yield from _pump(live.pop(name), delivered, outcome, session.walk.attempts[-1])
-        _settle(opened.pop(name, None), result, outcome.failure)
+        _settle(session, opened.pop(name, None), result, outcome)
         if outcome.failure is None:
             outcome.served_by = name
             return

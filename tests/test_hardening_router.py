@@ -67,6 +67,27 @@ def test_a_deadline_clamped_timeout_is_not_charged_to_a_healthy_provider(
     assert list(rows) == ["budget_exhausted"] * 3
 
 
+@override_settings(LLM_ROUTING={"REQUEST_DEADLINE_S": 1.2})
+def test_a_stream_cut_by_the_request_deadline_is_not_charged_either(
+    fake_upstream: FakeUpstream, clock: FakeClock
+) -> None:
+    broken_after_first_chunk(fake_upstream)
+    words = " ".join(f"w{i}" for i in range(12))
+    for _ in range(3):
+        # Healthy but slow: a word every 0.25 s outlasts the 1.2 s deadline (its own
+        # timeout_s is 5 s), so the stream is cut after the commit point.
+        fake_upstream.script("openai", Faults.stream(text=words, interval=0.25))
+        events = stream_once()
+        assert isinstance(events[0], StreamChunk)
+        failure = events[-1]
+        assert isinstance(failure, StreamFailure) and failure.partial
+        assert failure.error.category == "budget_exhausted"
+    circuit = breaker.store.load("oa", "openai-model")
+    assert circuit.phase(clock()) == CLOSED and circuit.failures == 0
+    rows = Attempt.objects.values_list("error_category", "partial")
+    assert list(rows) == [("budget_exhausted", True)] * 3
+
+
 # --- (7) mid-stream accounting -------------------------------------------------------------
 
 STREAM = AuditRequest(task="summarize", input_text="Some input text.", stream=True)
