@@ -223,3 +223,15 @@ def test_staff_may_use_a_limited_chain(django_user_model: Any, rows: dict[str, P
     staff = client_for(django_user_model.objects.create_user("ops", "o@x.io", "pw", is_staff=True))
     resp = staff.post("/audit/", {**BODY, "route": "gold"}, format="json")
     assert resp.json()["result"]["provider"] == "vip"
+
+
+def test_applying_a_config_file_keeps_a_chains_access_list(rows: dict[str, Provider]) -> None:
+    from llm_routing.config_io import apply, export
+
+    text = export()
+    assert "allowed" not in text  # access lists are not part of the file
+    Chain.objects.filter(name="premium").update(description="changed")
+    assert apply(text, prune=True)  # the description is put back …
+    premium = Chain.objects.get(name="premium")
+    assert premium.description == ""
+    assert list(premium.allowed_groups.values_list("name", flat=True)) == ["vips"]  # … not this
