@@ -114,6 +114,7 @@ class ChainAdmin(admin.ModelAdmin):
     list_filter = ["is_default"]
     search_fields = ["name"]
     inlines = [ChainEntryInline]
+    filter_horizontal = ["allowed_users", "allowed_groups"]
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Chain]:
         return super().get_queryset(request).prefetch_related("entries__provider")

@@ -38,6 +38,12 @@ DEFAULTS: dict[str, Any] = {
     "MAX_REQUEST_BYTES": 1_048_576,
     # JSON nested deeper than this is refused with 400 (never a RecursionError/500).
     "MAX_JSON_DEPTH": 32,
+    # --- output ceilings (issue 11) ---------------------------------------------------
+    # Largest max_tokens any upstream is sent: a client's or a row's larger value is
+    # clamped to it (None: only the rows' params.max_tokens are ceilings).
+    "MAX_OUTPUT_TOKENS": 32_768,
+    # A client's max_tokens / max_completion_tokens above this is refused with 400.
+    "MAX_OUTPUT_TOKENS_LIMIT": 1_048_576,
     # --- routing -------------------------------------------------------------------
     # Provider names used when the database has no default chain.
     "DEFAULT_CHAIN": [],

@@ -9,6 +9,7 @@ The tree::
     │   ├── UnavailableError        unavailable     yes        yes (backoff, full jitter)
     │   ├── NetworkError            network         yes        yes
     │   └── ProviderTimeoutError    timeout         yes        no  (silent route: fail over)
+    │       └── BudgetExhaustedError budget_exhausted yes     no  (never counts on a circuit)
     └── PermanentError
         ├── ContextLengthError      context_length  no         no  (next candidate is tried)
         ├── AuthenticationError     authentication  no         no  (the walk stops)
@@ -35,6 +36,7 @@ from .types import ErrorInfo
 
 __all__ = [
     "AuthenticationError",
+    "BudgetExhaustedError",
     "ContentPolicyError",
     "ContextLengthError",
     "InvalidRequestError",
@@ -116,6 +118,15 @@ class ProviderTimeoutError(TransientError):
     category = "timeout"
     retryable = False
     default_message = "The provider did not answer in time."
+
+
+class BudgetExhaustedError(ProviderTimeoutError):
+    """A timeout that only the request-wide deadline caused: the call's own timeout was
+    clamped to what the deadline left, and the deadline ran out. The provider was not
+    slow by its own measure, so this never counts toward its circuit."""
+
+    category = "budget_exhausted"
+    default_message = "The request-wide deadline ran out during this call."
 
 
 class PermanentError(ProviderError):

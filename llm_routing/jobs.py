@@ -30,7 +30,7 @@ from __future__ import annotations
 import importlib.util
 import logging
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -40,6 +40,7 @@ from django.db.models import F, Q
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
+from .access import principal_for
 from .conf import routing_settings
 from .models import AuditJob
 from .recorder import record
@@ -183,7 +184,8 @@ def run_job(job_id: uuid.UUID | str) -> RunOutcome:
     assert job is not None and job.claim_token is not None
     token = job.claim_token
     try:
-        request = _request_from_payload(job.payload)
+        # The owner's access rules apply when the job runs, as they did when it was sent.
+        request = replace(_request_from_payload(job.payload), principal=principal_for(job.owner))
     except ValidationError:
         _fail(job.pk, token, "invalid_payload", "The stored request is no longer valid.")
         return RunOutcome("failed")

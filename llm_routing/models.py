@@ -140,9 +140,27 @@ class Chain(models.Model):
         default="direct",
         help_text="What happens when a stream fails after text was delivered.",
     )
+    # Who may use the chain (docs/operations.md "Who may route where"): both empty →
+    # everyone; otherwise only these users and the members of these groups.
+    allowed_users = models.ManyToManyField(
+        settings.AUTH_USER_MODEL,
+        blank=True,
+        related_name="llm_routing_chains",
+        help_text="Users who may use this chain. Empty here and below: everyone.",
+    )
+    allowed_groups = models.ManyToManyField(
+        "auth.Group",
+        blank=True,
+        related_name="llm_routing_chains",
+        help_text="Groups whose members may use this chain.",
+    )
 
     class Meta:
         ordering = ["name"]
+        permissions = [
+            ("force_provider", "Can force one provider (force_provider)"),
+            ("route_any_provider", "Can name a provider outside the chains they may use"),
+        ]
         constraints = [
             models.UniqueConstraint(
                 fields=["is_default"],

@@ -27,15 +27,18 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from .access import denied_candidates
 from .conf import routing_settings
 from .errors import NetworkError, ProviderError, ResponseError
+from .logging import known_key_values
 from .models import Chain, Provider, RoutingRule
 from .providers.base import BaseProvider, validate_structured
 from .providers.registry import get_adapter, is_known_kind
 from .recorder import record
 from .resilience import breaker
 from .resilience.budget import Budget
-from .resilience.retry import Invoke, call_with_retries
+from .resilience.retry import Invoke, call_with_retries, deadline_caused
+from .sanitize import KeyGuard, redacted, sanitized, scrub_error
 from .signals import after_provider_result, before_provider_call, on_provider_fallback, send
 from .types import (
     MOCK_PROVIDER_NAME,
@@ -259,6 +262,8 @@ def _skip_result(name: str, model: str, reason: str) -> ProviderResult:
             "unknown_provider": "No provider has that name.",
             "unsupported": "The provider lacks a capability this request needs.",
             "circuit_open": "The provider's circuit is open.",
+            "not_allowed": "You may not route to this provider.",
+            "budget_exhausted": "The request-wide deadline or attempt budget is used up.",
         }.get(reason, reason)
     return ProviderResult(
         provider=name,
@@ -279,6 +284,31 @@ def _advances(result: ProviderResult) -> bool:
 
 AttemptFn = Callable[[BaseProvider], ProviderResult]
 
+#: Row params that set a provider's output length (both are ceilings).
+OUTPUT_PARAMS = ("max_tokens", "max_completion_tokens")
+
+
+def _row_max_tokens(config: ProviderConfig) -> int | None:
+    values = [
+        v
+        for k in OUTPUT_PARAMS
+        if isinstance(v := (config.params or {}).get(k), int) and not isinstance(v, bool) and v > 0
+    ]
+    return min(values) if values else None
+
+
+def with_output_ceiling(request: AuditRequest, config: ProviderConfig) -> AuditRequest:
+    """The request as this candidate may send it: the ``max_tokens`` asked for (the
+    client's, else the row's own) never above the row's params nor ``MAX_OUTPUT_TOKENS``.
+    Applied per candidate, before any adapter builds a payload."""
+    row = _row_max_tokens(config)
+    ceiling_setting = routing_settings.MAX_OUTPUT_TOKENS
+    ceilings = [c for c in (row, int(ceiling_setting) if ceiling_setting else None) if c]
+    wanted = request.max_tokens if request.max_tokens is not None else row
+    if wanted is None or not ceilings or wanted <= min(ceilings):
+        return request
+    return replace(request, max_tokens=min(ceilings))
+
 
 class _Session:
     """One routed request: its plan, walk, budget; shared by route() and route_stream()."""
@@ -296,6 +326,14 @@ class _Session:
             deadline_s=float(routing_settings.REQUEST_DEADLINE_S),
             max_attempts=int(routing_settings.MAX_ATTEMPTS),
         )
+        # Candidates the caller may not use: skipped as not_allowed (docs/operations.md).
+        self.denied = denied_candidates(
+            principal=request.principal,
+            names=self.plan.names,
+            chain_name=self.plan.chain_name,
+            requested_provider=self.plan.requested_provider,
+            forced=self.plan.router_mode == "forced",
+        )
 
     @property
     def request_id(self) -> str:
@@ -306,9 +344,14 @@ class _Session:
         adapter: BaseProvider,
         request: AuditRequest | None = None,
         invoke: Invoke | None = None,
+        *,
+        defer_success: bool = False,
     ) -> ProviderResult:
-        """One candidate through the retry layer, with hooks and breaker bookkeeping."""
-        request = request or self.request
+        """One candidate through the retry layer, with hooks and breaker bookkeeping.
+
+        ``defer_success``: an opened stream is not a success yet — the caller feeds the
+        breaker once the stream has ended (:func:`_settle`)."""
+        request = with_output_ceiling(request or self.request, adapter.config)
         config = adapter.config
         send(
             before_provider_call,
@@ -323,7 +366,9 @@ class _Session:
         if breaker.is_probe(config):
             kwargs["max_retries"] = 0  # a half-open probe is exactly one upstream request
         result = call_with_retries(adapter, request, **kwargs)  # type: ignore[arg-type]
-        breaker.observe(config, result)
+        result = sanitized(result, request)
+        if not (defer_success and result.ok):
+            breaker.observe(config, result)
         send(after_provider_result, request_id=self.request_id, provider=config.name, result=result)
         return result
 
@@ -338,11 +383,15 @@ class _Session:
         name = self.plan.names[0]
         row = self.rows.get(name)
         adapter = _adapter_for(name, "", row)
-        # Forced mode is never skipped for an open circuit or the budget.
+        # Forced mode never substitutes the mock, but it respects the access rules, the
+        # attempt budget and the circuit: an open circuit answers circuit_open without
+        # a call; a half-open one lets the forced call be its single probe.
         reason = (
-            "unknown_provider"
+            "not_allowed"
+            if name in self.denied
+            else "unknown_provider"
             if adapter is None
-            else _skip_reason(name, row, adapter, request, check_circuit=False)
+            else _skip_reason(name, row, adapter, request, self.budget)
         )
         if reason is not None or adapter is None:
             reason = reason or "unknown_provider"
@@ -360,7 +409,11 @@ class _Session:
         for position, (name, model) in enumerate(plan.candidates):
             row = self.rows.get(name)
             adapter = _adapter_for(name, model, row)
-            reason = _skip_reason(name, row, adapter, self.request, self.budget)
+            reason = (
+                "not_allowed"
+                if name in self.denied
+                else _skip_reason(name, row, adapter, self.request, self.budget)
+            )
             if reason is not None:
                 shown_model = model or (row.model if row else "")
                 walk.add(provider=name, model=shown_model, outcome="skipped", reason=reason)
@@ -402,6 +455,7 @@ class _Session:
         self, final: ProviderResult, fallback_reason: str | None, *, persist: bool
     ) -> RoutingResult:
         plan = self.plan
+        final = sanitized(final, self.request)
         metadata = RoutingMetadata(
             request_id=self.request_id,
             router_mode=plan.router_mode,
@@ -479,11 +533,14 @@ def route_stream(
     session = _Session(request, request_id=request_id, sleeper=sleeper)
     mode = stream_mode or session.plan.stream_mode
     live: dict[str, tuple[Iterator[StreamEvent], list[StreamEvent]]] = {}
+    # Opened streams whose outcome the breaker has not seen yet (settled when they end).
+    opened: dict[str, _Opened] = {}
 
     def opener(req: AuditRequest, buffer_all: bool) -> Callable[[BaseProvider], ProviderResult]:
         def attempt(adapter: BaseProvider) -> ProviderResult:
             def invoke(api_key: str | None, timeout: float) -> ProviderResult:
-                events = adapter.stream(req, api_key=api_key, timeout=timeout)
+                clamped = with_output_ceiling(req, adapter.config)
+                events = adapter.stream(clamped, api_key=api_key, timeout=timeout)
                 head: list[StreamEvent] = []
                 for event in events:  # failures here are pre-commit: they fail over
                     head.append(event)
@@ -499,6 +556,7 @@ def route_stream(
                     # A truncated transfer, still pre-commit: transient, so it fails over.
                     raise NetworkError("The stream ended before it finished.")
                 live[adapter.config.name] = (events, head)
+                opened[adapter.config.name] = (adapter.config, timeout)
                 return ProviderResult(
                     provider=adapter.config.name,
                     model=adapter.config.model,
@@ -506,7 +564,7 @@ def route_stream(
                     status="ok",
                 )
 
-            return session.call(adapter, req, invoke)
+            return session.call(adapter, req, invoke, defer_success=True)
 
         return attempt
 
@@ -519,18 +577,21 @@ def route_stream(
     outcome = _StreamOutcome()
     try:
         yield from _pump(live.pop(final.provider), delivered, outcome, session.walk.attempts[-1])
+        _settle(session, opened.pop(final.provider, None), final, outcome)
         if outcome.failure is not None and mode == "continuation" and delivered:
-            yield from _continue(session, opener, live, delivered, outcome)
+            yield from _continue(session, opener, live, opened, delivered, outcome)
     except GeneratorExit:
         outcome.failure = ResponseError("The client went away mid-stream.")
         outcome.failure.category = "client_disconnected"
         raise
     finally:
+        for entry in opened.values():  # cut short by the client: frees a probe slot
+            _settle(session, entry, final, outcome)
         routed = _finish_stream(session, final, fallback_reason, delivered, outcome, persist)
     if outcome.failure is None:
         yield StreamResult(routed)
     else:
-        info = (outcome.original or outcome.failure).to_info()
+        info = scrub_error((outcome.original or outcome.failure).to_info(), request)
         yield StreamFailure(error=info, partial=bool(delivered), routed=routed)
 
 
@@ -551,6 +612,7 @@ def _pump(
 ) -> Iterator[StreamChunk]:
     events, head = source
     outcome.end, outcome.failure = None, None
+    guard = KeyGuard(known_key_values())
     try:
         for event in itertools.chain(head, events):
             if isinstance(event, StreamEnd):
@@ -561,22 +623,52 @@ def _pump(
                 yield StreamChunk(
                     "", provider=served.provider, model=served.model, tool_call=event.delta
                 )
-            elif event.text:
-                delivered.append(event.text)
-                yield StreamChunk(event.text, provider=served.provider, model=served.model)
+            elif text := guard.feed(event.text):
+                delivered.append(text)
+                yield StreamChunk(text, provider=served.provider, model=served.model)
         if outcome.end is None:
             outcome.failure = ResponseError("The stream was cut before it finished.")
     except ProviderError as exc:
-        outcome.failure = exc
+        outcome.failure = redacted(exc)
     except Exception as exc:
         logger.exception("Stream adapter raised %s", type(exc).__name__)
         outcome.failure = ResponseError(f"The stream failed ({type(exc).__name__}).")
+    if rest := guard.flush():
+        delivered.append(rest)
+        yield StreamChunk(rest, provider=served.provider, model=served.model)
+
+
+#: An opened stream: the config it was called with and the timeout it was given.
+_Opened = tuple[ProviderConfig, float]
+
+
+def _settle(
+    session: _Session, entry: _Opened | None, opened: ProviderResult, outcome: _StreamOutcome
+) -> None:
+    """Feed an opened stream's real outcome to the breaker, under the model it was
+    called with (a chain entry's override included): its success only once it ended
+    cleanly, its failure after the commit point as a failure — unless it is a timeout
+    only the request deadline caused (then ``budget_exhausted``, as before the commit
+    point, and not charged)."""
+    if entry is None:
+        return
+    config, timeout = entry
+    failure = outcome.failure
+    if failure is None:
+        breaker.observe(config, opened)
+        return
+    failure = outcome.failure = deadline_caused(
+        failure, timeout=timeout, own_timeout=config.timeout_s, budget=session.budget
+    )
+    error = failure.to_info()
+    breaker.observe(config, replace(opened, mode="error", status="error", error=error))
 
 
 def _continue(
     session: _Session,
     opener: Callable[[AuditRequest, bool], Callable[[BaseProvider], ProviderResult]],
     live: dict[str, tuple[Iterator[StreamEvent], list[StreamEvent]]],
+    opened: dict[str, _Opened],
     delivered: list[str],
     outcome: _StreamOutcome,
 ) -> Iterator[StreamChunk]:
@@ -602,7 +694,7 @@ def _continue(
     for name in after:
         row = session.rows.get(name)
         adapter = _adapter_for(name, "", row)
-        if row is None or adapter is None or not row.supports_prefill:
+        if row is None or adapter is None or not row.supports_prefill or name in session.denied:
             continue
         if _skip_reason(name, row, adapter, session.request) is not None:
             continue
@@ -611,6 +703,7 @@ def _continue(
         if not result.ok or name not in live:
             break
         yield from _pump(live.pop(name), delivered, outcome, session.walk.attempts[-1])
+        _settle(session, opened.pop(name, None), result, outcome)
         if outcome.failure is None:
             outcome.served_by = name
             return
@@ -670,7 +763,4 @@ def _finish_stream(
         result = replace(
             final, mode="error", status="error", output="".join(delivered), error=error
         )
-        adapter_row = session.rows.get(final.provider)
-        if adapter_row is not None:
-            breaker.observe(adapter_row.to_config(), result)
     return session.finish(result, fallback_reason, persist=persist)

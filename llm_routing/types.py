@@ -21,6 +21,7 @@ __all__ = [
     "ErrorInfo",
     "ForcedTool",
     "Message",
+    "Principal",
     "ProviderConfig",
     "ProviderResult",
     "RouterStreamEvent",
@@ -166,6 +167,18 @@ ToolChoice = Literal["auto", "none", "required"] | ForcedTool
 
 
 @dataclass(frozen=True, slots=True)
+class Principal:
+    """Who is asking, as far as routing cares: computed by the API layer from the
+    authenticated user (so the router never imports auth models). ``user_id`` None is
+    an anonymous caller."""
+
+    user_id: Any = None
+    group_ids: frozenset[Any] = frozenset()
+    can_force_provider: bool = False
+    can_route_any_provider: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class AuditRequest:
     """One well-formed routing request (already validated by the API or caller).
 
@@ -199,6 +212,9 @@ class AuditRequest:
     top_p: float | None = None
     seed: int | None = None
     user: str | None = None  # the end user's opaque id, passed to vendors that take one
+    # The caller's identity for the access rules (docs/operations.md); None: a trusted
+    # caller (the Python API, management commands) that may route anywhere.
+    principal: Principal | None = None
 
     @property
     def conversation(self) -> tuple[Message, ...]:

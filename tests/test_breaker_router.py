@@ -116,15 +116,16 @@ def test_a_healed_provider_gets_traffic_back_through_the_probe(
     assert breaker.store.load("primary", "m1").phase(clock()) == CLOSED
 
 
-def test_forced_mode_bypasses_an_open_circuit(chain: Chain, dead: FakeUpstream) -> None:
+def test_forced_mode_respects_an_open_circuit(chain: Chain, dead: FakeUpstream) -> None:
+    # Issue 11: forced calls no longer bypass an open circuit (docs/design-decisions.md).
     trip()
     before = dead.requests
     routed = route(
         AuditRequest(task="debug", input_text="x", force_provider="primary"), sleeper=no_sleep
     )
-    assert dead.requests == before + 3
+    assert dead.requests == before
     assert routed.result.provider == "primary" and routed.result.status == "error"
-    assert routed.result.error is not None and routed.result.error.category == "unavailable"
+    assert routed.result.error is not None and routed.result.error.category == "circuit_open"
 
 
 def test_client_errors_never_open_the_circuit(chain: Chain, dead: FakeUpstream) -> None:

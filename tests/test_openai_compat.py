@@ -10,7 +10,7 @@ import pytest
 from rest_framework.authtoken.models import Token
 
 from llm_routing.errors import AuthenticationError, ContentPolicyError, NetworkError
-from llm_routing.models import Chain, RoutingDecision, RoutingRule
+from llm_routing.models import Chain, ChainEntry, RoutingDecision, RoutingRule
 
 from .conftest import make_chain, make_provider
 
@@ -159,7 +159,9 @@ def test_content_policy_is_400_without_failover(client, chain):
 
 def test_disabled_provider_as_model_falls_back_to_the_mock(client, chain):
     Chain.objects.update(is_default=False)
-    make_provider("off", enabled=False)
+    off = make_provider("off", enabled=False)
+    # In a chain the caller may use: naming it needs no permission (issue 11).
+    ChainEntry.objects.create(chain=Chain.objects.get(name="main"), provider=off, position=2)
     # "off" is a provider name: explicit mode skips it and the mock serves ...
     assert client.chat.completions.create(model="off", messages=MESSAGES).model == "mock-1"
 

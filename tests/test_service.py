@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -51,7 +52,9 @@ def test_view_and_python_api_call_the_same_function(monkeypatch: pytest.MonkeyPa
         "/audit/", {"task": "t", "input_text": "same", "metadata": {"k": "v"}}, format="json"
     )
     assert response.status_code == 200
-    assert len(seen) == 2 and seen[0] == seen[1]
+    # The same request, except that the HTTP one carries its caller (issue 11).
+    assert len(seen) == 2 and seen[0] == replace(seen[1], principal=None)
+    assert seen[0].principal is None and seen[1].principal is not None
     http = response.json()
     assert set(http) == set(api_result.to_dict())
     assert http["result"]["output"] == api_result.result.output

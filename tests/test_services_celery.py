@@ -32,7 +32,7 @@ from django.utils import timezone
 from rest_framework.authtoken.models import Token
 
 from llm_routing import jobs
-from llm_routing.models import Attempt, AuditJob, Provider, RoutingDecision
+from llm_routing.models import Attempt, AuditJob, Chain, ChainEntry, Provider, RoutingDecision
 from llm_routing.router import route
 from llm_routing.types import AuditRequest
 
@@ -219,6 +219,16 @@ def token() -> str:
     return Token.objects.create(user=user).key
 
 
+def _slow_provider() -> Provider:
+    """A provider that takes 3 s, in a chain anyone may use (so the token user may name
+    it: naming a provider in no chain needs a permission — docs/operations.md)."""
+    row = Provider.objects.create(
+        name="slow", kind="sleepy", model="sleepy-1", params={"sleep_s": 3}, max_retries=0
+    )
+    ChainEntry.objects.create(chain=Chain.objects.create(name="slow-only"), provider=row)
+    return row
+
+
 def _submit(stack: Stack, token: str, **extra: Any) -> dict[str, Any]:
     body = {"task": "summarize", "input_text": "End-to-end input.", "async": True, **extra}
     response = httpx.post(
@@ -265,9 +275,7 @@ def test_async_job_through_gunicorn_and_a_real_worker(stack: Stack, token: str) 
 
 
 def test_killed_worker_job_is_redelivered_and_logged_once(stack: Stack, token: str) -> None:
-    Provider.objects.create(
-        name="slow", kind="sleepy", model="sleepy-1", params={"sleep_s": 3}, max_retries=0
-    )
+    _slow_provider()
     stack.web()
     stack.worker()
     submitted = _submit(stack, token, provider="slow")
@@ -326,9 +334,7 @@ def test_beat_schedules_the_retention_task_which_removes_exactly_the_old_rows(
 def test_a_duplicate_message_delivered_concurrently_does_not_route_twice(
     stack: Stack, token: str
 ) -> None:
-    Provider.objects.create(
-        name="slow", kind="sleepy", model="sleepy-1", params={"sleep_s": 3}, max_retries=0
-    )
+    _slow_provider()
     stack.web()
     stack.worker("worker")
     stack.worker("worker2")

@@ -25,6 +25,7 @@ from rest_framework import exceptions, serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from ..access import allowed_chains, principal_for, provider_allowed
 from ..conf import routing_settings
 from ..models import Chain, Provider, RoutingRule
 from ..router import route_stream
@@ -37,7 +38,7 @@ from ..types import (
     StreamResult,
 )
 from .schema_docs import CHAT_COMPLETIONS, MODELS
-from .serializers import StrictCharField
+from .serializers import StrictCharField, output_tokens_within_limit
 from .sse import SSE_HEADERS, sse
 from .views import RoutingAPIView
 
@@ -103,6 +104,12 @@ class ChatCompletionRequestSerializer(serializers.Serializer):
         if len(value) > 256:
             raise serializers.ValidationError("At most 256 messages are allowed.")
         return value
+
+    def validate_max_tokens(self, value: int | None) -> int | None:
+        return output_tokens_within_limit(value)
+
+    def validate_max_completion_tokens(self, value: int | None) -> int | None:
+        return output_tokens_within_limit(value)
 
     def to_request(self) -> AuditRequest:
         d = self.validated_data
@@ -252,7 +259,7 @@ class ChatCompletionsView(OpenAIErrorsMixin, RoutingAPIView):
     def post(self, request: Request) -> Response | StreamingHttpResponse:
         serializer = ChatCompletionRequestSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
-        audit_request = serializer.to_request()
+        audit_request = self.authorize(request, serializer.to_request())
         opts = serializer.validated_data.get("stream_options") or {}
         if audit_request.stream:
             return self._stream(audit_request, include_usage=bool(opts.get("include_usage")))
@@ -367,7 +374,10 @@ class ModelsView(OpenAIErrorsMixin, RoutingAPIView):
     )
     def get(self, request: Request) -> Response:
         created = 0
-        ids: list[tuple[str, str]] = [(c.name, "chain") for c in Chain.objects.order_by("name")]
+        # Only what this caller may name (docs/operations.md, "Who may route where").
+        principal = principal_for(request.user)
+        chains = allowed_chains(principal).order_by("name")
+        ids: list[tuple[str, str]] = [(c.name, "chain") for c in chains]
         routes = set(routing_settings.ROUTES or {}) | set(
             RoutingRule.objects.filter(enabled=True)
             .exclude(route="")
@@ -375,7 +385,9 @@ class ModelsView(OpenAIErrorsMixin, RoutingAPIView):
         )
         ids += [(r, "route") for r in sorted(routes)]
         ids += [
-            (p.name, "provider") for p in Provider.objects.filter(enabled=True).order_by("name")
+            (p.name, "provider")
+            for p in Provider.objects.filter(enabled=True).order_by("name")
+            if provider_allowed(p.name, principal)
         ]
         if not any(name == "mock" for name, _ in ids):
             ids.append(("mock", "provider"))

@@ -257,6 +257,11 @@ AUDIT: dict[str, Any] = {
             response=OpenApiTypes.OBJECT, description="Invalid input: errors keyed by field."
         ),
         401: OpenApiResponse(response=OpenApiTypes.OBJECT, description="Not authenticated."),
+        403: OpenApiResponse(
+            response=OpenApiTypes.OBJECT,
+            description="Not allowed to route there: the reason (docs/operations.md, "
+            "who may route where).",
+        ),
         413: OpenApiResponse(
             response=OpenApiTypes.OBJECT, description="The body is over `MAX_REQUEST_BYTES`."
         ),
@@ -364,6 +369,12 @@ AUDIT: dict[str, Any] = {
             "Each bad field with its messages",
         ),
         _response("Not authenticated", "401", UNAUTHENTICATED, "No or an invalid token"),
+        _response(
+            "Not allowed",
+            "403",
+            {"detail": "Forcing a provider needs the llm_routing.force_provider permission."},
+            "force_provider without the permission",
+        ),
         _response(
             "Body too large", "413", {"detail": "Request body too large."}, "Over the size cap"
         ),

@@ -14,7 +14,7 @@ from rest_framework import serializers
 from ..conf import routing_settings
 from ..types import AuditRequest
 
-__all__ = ["AuditRequestSerializer", "AuditResponseSerializer"]
+__all__ = ["AuditRequestSerializer", "AuditResponseSerializer", "output_tokens_within_limit"]
 
 SLUG_RE = r"^[-a-zA-Z0-9_]+$"
 
@@ -27,6 +27,15 @@ def _reject_bad_text(value: str) -> str:
         value.encode("utf-8")
     except UnicodeEncodeError:
         raise serializers.ValidationError("Lone surrogate characters are not allowed.") from None
+    return value
+
+
+def output_tokens_within_limit(value: int | None) -> int | None:
+    """A client's ``max_tokens``: 400 above ``MAX_OUTPUT_TOKENS_LIMIT``; below it the
+    router clamps it to the row's and the global ceilings (``MAX_OUTPUT_TOKENS``)."""
+    limit = int(routing_settings.MAX_OUTPUT_TOKENS_LIMIT)
+    if value is not None and value > limit:
+        raise serializers.ValidationError(f"Ensure this value is less than or equal to {limit}.")
     return value
 
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 from django.http import StreamingHttpResponse
@@ -11,12 +12,14 @@ from django.utils.module_loading import import_string
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
 from rest_framework.authentication import BaseAuthentication
+from rest_framework.exceptions import PermissionDenied
 from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.throttling import BaseThrottle
 from rest_framework.views import APIView
 
+from ..access import principal_for, refusal
 from ..conf import routing_settings
 from ..models import Provider
 from ..resilience import breaker
@@ -47,6 +50,15 @@ class RoutingAPIView(APIView):
     def get_throttles(self) -> list[BaseThrottle]:
         return [import_string(p)() for p in routing_settings.API_THROTTLE_CLASSES]
 
+    def authorize(self, request: Request, audit_request: AuditRequest) -> AuditRequest:
+        """The request carrying its caller's identity; 403 with the reason when the
+        caller may not route where it asks (docs/operations.md)."""
+        audit_request = replace(audit_request, principal=principal_for(request.user))
+        reason = refusal(audit_request)
+        if reason is not None:
+            raise PermissionDenied(reason)
+        return audit_request
+
 
 class AuditView(RoutingAPIView):
     def perform_content_negotiation(self, request: Request, force: bool = False) -> Any:
@@ -60,11 +72,11 @@ class AuditView(RoutingAPIView):
     def post(self, request: Request) -> Response | StreamingHttpResponse:
         serializer = AuditRequestSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
+        audit_request = self.authorize(request, serializer.to_request())
         if serializer.validated_data.get("async"):
             from .job_views import submit_job
 
             return submit_job(request, serializer.validated_data)
-        audit_request = serializer.to_request()
         if audit_request.stream:
             response = StreamingHttpResponse(
                 _audit_events(audit_request), content_type="text/event-stream"

@@ -58,6 +58,7 @@ __all__ = [
     "CACHE_RETRY_S",
     "CLOSED",
     "HALF_OPEN",
+    "NOT_OBSERVED",
     "OPEN",
     "RECORD_TTL_S",
     "SUCCESS_WRITE_INTERVAL_S",
@@ -223,9 +224,18 @@ def _iso(ts: float | None) -> str | None:
     return datetime.fromtimestamp(ts, tz=UTC).isoformat(timespec="milliseconds")
 
 
+#: Failure categories that say nothing about the provider's health: never fed to a
+#: circuit (the deadline ran out during the call; the client went away mid-stream).
+NOT_OBSERVED = frozenset({"budget_exhausted", "client_disconnected"})
+
+
 def counts(error: ErrorInfo) -> bool:
     """Whether a failure counts toward opening the circuit (the failure policy)."""
-    return error.transient and error.category != "context_length"
+    return (
+        error.transient
+        and error.category != "context_length"
+        and error.category not in NOT_OBSERVED
+    )
 
 
 def _quiet(circuit: Circuit, now: float, policy: Policy) -> bool:
@@ -485,6 +495,8 @@ class CircuitStore:
         try:
             if result.upstream_requests == 0 and not result.ok:
                 return  # the budget ran out before any request: nothing was observed
+            if result.error is not None and result.error.category in NOT_OBSERVED:
+                return  # the deadline or the client ended the call, not the provider
             self._observe(config, result, probe=probe)
         finally:
             # Free the slot, unless it expired and another caller holds a new one.

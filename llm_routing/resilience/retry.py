@@ -21,13 +21,13 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from ..conf import routing_settings
-from ..errors import ProviderError, ProviderTimeoutError, ResponseError
+from ..errors import BudgetExhaustedError, ProviderError, ProviderTimeoutError, ResponseError
 from ..logging import known_key_values
 from ..providers.base import BaseProvider, read_api_key
 from ..types import AuditRequest, ProviderResult
-from .budget import Budget
+from .budget import MIN_ATTEMPT_S, Budget
 
-__all__ = ["backoff_delay", "call_with_retries", "error_result"]
+__all__ = ["backoff_delay", "call_with_retries", "deadline_caused", "error_result"]
 
 logger = logging.getLogger("llm_routing.retry")
 
@@ -105,10 +105,11 @@ def call_with_retries(
             budget.take()
             upstream += 1
         api_key = read_api_key(config.api_key_env) if adapter.requires_key else None
+        timeout = budget.timeout_for(config.timeout_s)
         try:
-            result = invoke(api_key, budget.timeout_for(config.timeout_s))
+            result = invoke(api_key, timeout)
         except ProviderError as err:
-            exc = err
+            exc = deadline_caused(err, timeout=timeout, own_timeout=config.timeout_s, budget=budget)
         except Exception as err:  # an adapter bug must not escape the router
             logger.exception("Adapter %s (%s) raised %s", config.name, config.kind, type(err))
             exc = ResponseError(f"The adapter failed unexpectedly ({type(err).__name__}).")
@@ -142,6 +143,27 @@ def call_with_retries(
             upstream_requests=upstream,
             secrets=(api_key, *known_key_values()),
         )
+
+
+def deadline_caused(
+    exc: ProviderError, *, timeout: float, own_timeout: float, budget: Budget
+) -> ProviderError:
+    """A timeout of a call whose timeout the request-wide deadline clamped, once that
+    deadline has run out, is the budget's doing, not the provider's: it becomes a
+    :class:`BudgetExhaustedError` (recorded as ``budget_exhausted``, never counted on
+    the circuit). Any other error is returned unchanged."""
+    if (
+        isinstance(exc, ProviderTimeoutError)
+        and not isinstance(exc, BudgetExhaustedError)
+        and timeout < float(own_timeout)
+        and budget.remaining() < MIN_ATTEMPT_S
+    ):
+        return BudgetExhaustedError(
+            "The request-wide deadline ran out during this call "
+            f"(it had {timeout:.3f}s of its own {float(own_timeout):g}s timeout).",
+            http_status=exc.http_status,
+        )
+    return exc
 
 
 def _retry_delay(

@@ -1,0 +1,146 @@
+"""Who may route where (docs/operations.md, "Who may route where").
+
+* A chain whose ``allowed_users`` and ``allowed_groups`` are both empty is open to
+  everyone; otherwise only to those users and the members of those groups. Chains from
+  settings (``DEFAULT_CHAIN``, ``ROUTES``) are open to everyone.
+* Naming a provider (``provider``, ``/v1`` ``model=<provider>``) that is in no chain the
+  caller may use needs the ``llm_routing.route_any_provider`` permission, which also
+  opens every chain.
+* ``force_provider`` needs ``llm_routing.force_provider`` (and, for a provider outside
+  the caller's chains, ``route_any_provider`` too).
+* Staff users and superusers hold both permissions. A request without a
+  :class:`~llm_routing.types.Principal` (the Python API, management commands) is trusted.
+
+The API layer turns a refusal into a 403 (:func:`refusal`); the router skips a candidate
+the caller may not use as ``not_allowed`` (:func:`denied_candidates`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from django.db.models import Q, QuerySet
+
+from .conf import routing_settings
+from .models import Chain, ChainEntry
+from .types import MOCK_PROVIDER_NAME, AuditRequest, Principal
+
+__all__ = [
+    "FORCE_PERMISSION",
+    "ROUTE_ANY_PERMISSION",
+    "allowed_chains",
+    "chain_allowed",
+    "denied_candidates",
+    "principal_for",
+    "provider_allowed",
+    "refusal",
+]
+
+FORCE_PERMISSION = "llm_routing.force_provider"
+ROUTE_ANY_PERMISSION = "llm_routing.route_any_provider"
+
+
+def principal_for(user: Any) -> Principal:
+    """The routing identity of a Django user (authenticated or anonymous)."""
+    if user is None or not getattr(user, "is_authenticated", False):
+        return Principal()
+    trusted = bool(getattr(user, "is_staff", False) or getattr(user, "is_superuser", False))
+    groups = getattr(user, "groups", None)
+    group_ids = frozenset(groups.values_list("pk", flat=True) if groups is not None else ())
+    return Principal(
+        user_id=user.pk,
+        group_ids=group_ids,
+        can_force_provider=trusted or user.has_perm(FORCE_PERMISSION),
+        can_route_any_provider=trusted or user.has_perm(ROUTE_ANY_PERMISSION),
+    )
+
+
+def allowed_chains(principal: Principal) -> QuerySet[Chain]:
+    """The chain rows this principal may use (all of them with ``route_any_provider``)."""
+    if principal.can_route_any_provider:
+        return Chain.objects.all()
+    mine = Q(allowed_users__isnull=True, allowed_groups__isnull=True)
+    if principal.user_id is not None:
+        mine |= Q(allowed_users__pk=principal.user_id)
+    if principal.group_ids:
+        mine |= Q(allowed_groups__pk__in=principal.group_ids)
+    return Chain.objects.filter(mine).distinct()
+
+
+def chain_allowed(name: str, principal: Principal | None) -> bool:
+    """Whether the principal may use the chain row ``name`` (True for no such row)."""
+    if principal is None or not Chain.objects.filter(name=name).exists():
+        return True
+    return allowed_chains(principal).filter(name=name).exists()
+
+
+def _settings_provider_names() -> set[str]:
+    names = {str(n) for n in routing_settings.DEFAULT_CHAIN or []}
+    for providers in (routing_settings.ROUTES or {}).values():
+        names.update(str(n) for n in providers)
+    return names
+
+
+def provider_allowed(name: str, principal: Principal | None) -> bool:
+    """Whether the principal may name ``name``: it is the mock, in a chain they may use,
+    in a settings chain, or they hold ``route_any_provider``."""
+    if principal is None or principal.can_route_any_provider or name == MOCK_PROVIDER_NAME:
+        return True
+    if name in _settings_provider_names():
+        return True
+    return ChainEntry.objects.filter(
+        provider__name=name, chain__in=allowed_chains(principal)
+    ).exists()
+
+
+def refusal(request: AuditRequest) -> str | None:
+    """Why this caller may not make this request (the 403's reason), or None."""
+    principal = request.principal
+    if principal is None:
+        return None
+    if request.force_provider:
+        if not principal.can_force_provider:
+            return f"Forcing a provider needs the {FORCE_PERMISSION} permission."
+        if not provider_allowed(request.force_provider, principal):
+            return _outside(request.force_provider)
+    if request.chain and not chain_allowed(request.chain, principal):
+        return f"You may not use the chain {request.chain!r}."
+    if request.provider and not provider_allowed(request.provider, principal):
+        return _outside(request.provider)
+    return None
+
+
+def _outside(name: str) -> str:
+    return (
+        f"The provider {name!r} is in no chain you may use; naming it needs the "
+        f"{ROUTE_ANY_PERMISSION} permission."
+    )
+
+
+def denied_candidates(
+    *,
+    principal: Principal | None,
+    names: Iterable[str],
+    chain_name: str | None,
+    requested_provider: str | None,
+    forced: bool,
+) -> frozenset[str]:
+    """The candidates of a plan this principal may not use (the router skips them as
+    ``not_allowed``): all of a chain row they may not use, a named provider outside
+    their chains, a forced provider without the permissions. Never the mock."""
+    if principal is None:
+        return frozenset()
+    names = [n for n in names if n != MOCK_PROVIDER_NAME]
+    if forced:
+        ok = all(principal.can_force_provider and provider_allowed(n, principal) for n in names)
+        return frozenset() if ok else frozenset(names)
+    denied: set[str] = set()
+    if chain_name and not chain_allowed(chain_name, principal):
+        denied.update(names)
+    if requested_provider and requested_provider != MOCK_PROVIDER_NAME:
+        if provider_allowed(requested_provider, principal):
+            denied.discard(requested_provider)
+        else:
+            denied.add(requested_provider)
+    return frozenset(denied)
