@@ -10,6 +10,7 @@ from django.db.models import Model, QuerySet
 from django.http import HttpRequest
 from django.utils.html import format_html
 
+from .admin_chain import ChainEntryForm, ChainEntryFormSet, save_entries
 from .models import (
     Attempt,
     AuditJob,
@@ -102,10 +103,16 @@ class ProviderAdmin(admin.ModelAdmin):
 
 class ChainEntryInline(admin.TabularInline):
     model = ChainEntry
+    form = ChainEntryForm
+    formset = ChainEntryFormSet
     extra = 1
     ordering = ["position"]
     fields = ["position", "provider", "model", "enabled"]
     autocomplete_fields = ["provider"]
+    classes = ["llmr-chain-entries"]
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[ChainEntry]:
+        return super().get_queryset(request).select_related("chain", "provider")
 
 
 @admin.register(Chain)
@@ -114,6 +121,19 @@ class ChainAdmin(admin.ModelAdmin):
     list_filter = ["is_default"]
     search_fields = ["name"]
     inlines = [ChainEntryInline]
+
+    class Media:
+        # Self-hosted drag handles that rewrite the position inputs (no CDN).
+        js = ["llm_routing/admin/chain_order.js"]
+        css = {"all": ["llm_routing/admin/llm_routing.css"]}
+
+    def save_formset(
+        self, request: HttpRequest, form: Any, formset: Any, change: bool
+    ) -> None:
+        if isinstance(formset, ChainEntryFormSet):
+            save_entries(formset)
+        else:
+            super().save_formset(request, form, formset, change)
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Chain]:
         return super().get_queryset(request).prefetch_related("entries__provider")

@@ -186,7 +186,7 @@ class ChainEntry(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.chain_id}#{self.position}: {self.provider_id}"
+        return f"{self.chain.name}: {self.provider.name} at position {self.position}"
 
 
 class RoutingRule(models.Model):
