@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import uuid
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
+from django import forms
 from django.contrib import admin, messages
 from django.db.models import Model, QuerySet
 from django.http import HttpRequest
@@ -20,18 +21,40 @@ from .models import (
     RoutingDecision,
     RoutingRule,
 )
+from .providers.registry import known_kinds
 from .resilience import breaker
 
 _M = TypeVar("_M", bound=Model)
 
 
+class ProviderForm(forms.ModelForm):
+    """``kind`` is a choice among the registered adapter kinds (built-in, from
+    ``LLM_ROUTING["PROVIDER_KINDS"]`` and ``register()``), read when the form is built."""
+
+    kind = forms.ChoiceField(choices=(), help_text=Provider._meta.get_field("kind").help_text)
+
+    class Meta:
+        model = Provider
+        exclude: list[str] = []  # every editable field; the admin's fieldsets pick them
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        kinds = known_kinds()
+        current = self.instance.kind if self.instance.pk else ""
+        if current and current not in kinds:
+            kinds = [*kinds, current]  # shown so the page renders; refused on save
+        field = cast(forms.ChoiceField, self.fields["kind"])
+        field.choices = [("", "---------"), *((k, k) for k in kinds)]
+
+
 @admin.register(Provider)
 class ProviderAdmin(admin.ModelAdmin):
+    form = ProviderForm
     list_display = [
         "name",
         "kind",
         "model",
-        "mode",
+        "mode_shown",
         "enabled",
         "key_badge",
         "circuit",
@@ -70,11 +93,21 @@ class ProviderAdmin(admin.ModelAdmin):
             '<span class="llmr-key llmr-key-missing" title="{}">missing</span>', obj.api_key_env
         )
 
+    @admin.display(description="mode", ordering="mode")
+    def mode_shown(self, obj: Provider) -> str:
+        """The mode the router really uses: ``mock`` for the mock kind and the backstop."""
+        return obj.effective_mode
+
     @admin.display(description="circuit")
     def circuit(self, obj: Provider) -> str:
         """Passive health of the provider's own model, from real calls only."""
         if obj.pk is None:
             return "—"
+        if obj.effective_mode == "mock":
+            return format_html(
+                '<span class="llmr-circuit llmr-circuit-n-a" title="{}">n/a</span>',
+                "answers offline: no upstream, no circuit",
+            )
         circuit = breaker.store.load(obj.name, obj.model)
         now = breaker.store.clock()
         phase = circuit.phase(now)
@@ -127,9 +160,7 @@ class ChainAdmin(admin.ModelAdmin):
         js = ["llm_routing/admin/chain_order.js"]
         css = {"all": ["llm_routing/admin/llm_routing.css"]}
 
-    def save_formset(
-        self, request: HttpRequest, form: Any, formset: Any, change: bool
-    ) -> None:
+    def save_formset(self, request: HttpRequest, form: Any, formset: Any, change: bool) -> None:
         if isinstance(formset, ChainEntryFormSet):
             save_entries(formset)
         else:
@@ -185,6 +216,14 @@ class ReadOnlyMixin:
         return False
 
 
+class LogMixin(ReadOnlyMixin):
+    """The routing logs: view-only for everyone, superusers included. Retention is the
+    ``llm_routing_purge`` command's job, so no delete page and no "Delete selected"."""
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
 ATTEMPT_FIELDS = (
     "index",
     "provider",
@@ -200,7 +239,7 @@ ATTEMPT_FIELDS = (
 )
 
 
-class AttemptInline(ReadOnlyMixin, admin.TabularInline):
+class AttemptInline(LogMixin, admin.TabularInline):
     model = Attempt
     extra = 0
     can_delete = False
@@ -209,7 +248,7 @@ class AttemptInline(ReadOnlyMixin, admin.TabularInline):
 
 
 @admin.register(RoutingDecision)
-class RoutingDecisionAdmin(ReadOnlyMixin, admin.ModelAdmin):
+class RoutingDecisionAdmin(LogMixin, admin.ModelAdmin):
     list_display = [
         "created_at",
         "request_id",
@@ -233,7 +272,7 @@ class RoutingDecisionAdmin(ReadOnlyMixin, admin.ModelAdmin):
 
 
 @admin.register(Attempt)
-class AttemptAdmin(ReadOnlyMixin, admin.ModelAdmin):
+class AttemptAdmin(LogMixin, admin.ModelAdmin):
     list_display = ["decision", *ATTEMPT_FIELDS]
     list_filter = ["outcome", "provider", "served", "decision__created_at"]
     search_fields = ["=decision__request_id"]

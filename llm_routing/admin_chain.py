@@ -18,6 +18,7 @@ from typing import Any
 
 from django import forms
 from django.core.exceptions import ValidationError
+from django.db import router as db_router
 from django.db import transaction
 
 from .models import Chain, ChainEntry
@@ -61,7 +62,7 @@ class ChainEntryFormSet(forms.BaseInlineFormSet):
         return kwargs
 
     @property
-    def empty_form(self) -> forms.Form:
+    def empty_form(self) -> forms.ModelForm[Any]:
         form = super().empty_form
         form.initial["position"] = self._first_free + self.initial_extra_count()
         return form
@@ -79,7 +80,8 @@ class ChainEntryFormSet(forms.BaseInlineFormSet):
         kept = [
             f
             for f in self.forms
-            if not self._should_delete_form(f) and f.cleaned_data.get("provider") is not None
+            if not self.can_delete or not f.cleaned_data.get("DELETE")
+            if f.cleaned_data.get("provider") is not None
         ]
         errors: list[ValidationError] = []
         positions = Counter(f.cleaned_data["position"] for f in kept)
@@ -115,7 +117,7 @@ class ChainEntryFormSet(forms.BaseInlineFormSet):
 
 def save_entries(formset: ChainEntryFormSet) -> None:
     """Write the formset's final state in two phases (see the module docstring)."""
-    with transaction.atomic(using=formset.queryset.db):
+    with transaction.atomic(using=db_router.db_for_write(ChainEntry)):
         formset.save(commit=False)  # fills new_objects, changed_objects, deleted_objects
         changed = [obj for obj, _ in formset.changed_objects]
         moved = [

@@ -18,7 +18,7 @@ from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import Q
 
-from .types import ProviderConfig
+from .types import MOCK_PROVIDER_NAME, ProviderConfig
 from .validators import validate_api_key_env, validate_base_url
 
 __all__ = [
@@ -85,6 +85,15 @@ class Provider(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    @property
+    def effective_mode(self) -> str:
+        """``mock`` when this row answers offline: kind ``mock``, mode ``mock``, or the
+        reserved backstop name (always the mock adapter). Such a row has no upstream and
+        no circuit; the admin and ``llm_routing_check`` show this value."""
+        if self.kind == "mock" or self.mode == self.Mode.MOCK or self.name == MOCK_PROVIDER_NAME:
+            return self.Mode.MOCK.value
+        return self.Mode.LIVE.value
 
     @property
     def key_present(self) -> bool:

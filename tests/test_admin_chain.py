@@ -68,7 +68,10 @@ def test_swap_positions_saves(admin_client, three):
     response = post(
         admin_client,
         chain,
-        [{"id": ea.pk, "position": 1, "provider": a.pk}, {"id": eb.pk, "position": 0, "provider": b.pk}],
+        [
+            {"id": ea.pk, "position": 1, "provider": a.pk},
+            {"id": eb.pk, "position": 0, "provider": b.pk},
+        ],
     )
     assert response.status_code == 302, response.content.decode()[:2000]
     assert order(chain) == [(0, "b"), (1, "a")]
@@ -81,7 +84,10 @@ def test_swap_providers_between_rows_saves(admin_client, three):
     response = post(
         admin_client,
         chain,
-        [{"id": ea.pk, "position": 0, "provider": b.pk}, {"id": eb.pk, "position": 1, "provider": a.pk}],
+        [
+            {"id": ea.pk, "position": 0, "provider": b.pk},
+            {"id": eb.pk, "position": 1, "provider": a.pk},
+        ],
     )
     assert response.status_code == 302
     assert order(chain) == [(0, "b"), (1, "a")]
@@ -119,11 +125,14 @@ def test_reuse_a_deleted_entrys_position_and_provider(admin_client, three):
 
 
 def test_same_provider_twice_is_a_form_error(admin_client, three):
-    chain, (a, b, _), (ea, eb) = three
+    chain, (a, _, _), (ea, eb) = three
     response = post(
         admin_client,
         chain,
-        [{"id": ea.pk, "position": 0, "provider": a.pk}, {"id": eb.pk, "position": 1, "provider": a.pk}],
+        [
+            {"id": ea.pk, "position": 0, "provider": a.pk},
+            {"id": eb.pk, "position": 1, "provider": a.pk},
+        ],
     )
     assert response.status_code == 200
     assert "listed twice" in response.content.decode()
@@ -135,7 +144,10 @@ def test_same_position_twice_is_a_form_error(admin_client, three):
     response = post(
         admin_client,
         chain,
-        [{"id": ea.pk, "position": 3, "provider": a.pk}, {"id": eb.pk, "position": 3, "provider": b.pk}],
+        [
+            {"id": ea.pk, "position": 3, "provider": a.pk},
+            {"id": eb.pk, "position": 3, "provider": b.pk},
+        ],
     )
     assert response.status_code == 200
     assert "share position 3" in response.content.decode()
