@@ -1,8 +1,9 @@
 from __future__ import annotations
 
 from django.urls import path
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from drf_spectacular.views import SpectacularAPIView
 
+from .docs_views import SwaggerAssetView, SwaggerDocsView
 from .job_views import AuditJobView
 from .openai_compat import ChatCompletionsView, ModelsView
 from .views import AuditView, HealthView
@@ -16,9 +17,6 @@ urlpatterns = [
     path("v1/chat/completions", ChatCompletionsView.as_view(), name="chat-completions"),
     path("v1/models", ModelsView.as_view(), name="models"),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
-    path(
-        "api/docs/",
-        SpectacularSwaggerView.as_view(url_name="llm_routing:schema"),
-        name="docs",
-    ),
+    path("api/docs/", SwaggerDocsView.as_view(), name="docs"),
+    path("api/docs/assets/<str:filename>", SwaggerAssetView.as_view(), name="docs-asset"),
 ]
