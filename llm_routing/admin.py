@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import uuid
 from typing import Any, TypeVar, cast
 
@@ -9,9 +10,11 @@ from django import forms
 from django.contrib import admin, messages
 from django.db.models import Model, QuerySet
 from django.http import HttpRequest
+from django.urls import URLPattern, path
 from django.utils.html import format_html
 
 from .admin_chain import ChainEntryForm, ChainEntryFormSet, save_entries
+from .admin_views import explain_url, explain_view
 from .models import (
     Attempt,
     AuditJob,
@@ -63,9 +66,10 @@ class ProviderAdmin(admin.ModelAdmin):
     list_filter = ["kind", "mode", "enabled"]
     actions = ["reset_circuits"]
     search_fields = ["name", "model"]
-    readonly_fields = ["key_badge", "created_at", "updated_at"]
+    readonly_fields = ["key_badge", "explain_link", "created_at", "updated_at"]
     fieldsets = [
         (None, {"fields": ["name", "kind", "model", "base_url", "enabled", "mode"]}),
+        ("Explain", {"fields": ["explain_link"]}),
         ("Key", {"fields": ["api_key_env", "key_badge"]}),
         ("Limits", {"fields": ["timeout_s", "first_token_timeout_s", "max_retries", "params"]}),
         (
@@ -91,6 +95,15 @@ class ProviderAdmin(admin.ModelAdmin):
             )
         return format_html(
             '<span class="llmr-key llmr-key-missing" title="{}">missing</span>', obj.api_key_env
+        )
+
+    @admin.display(description="explain")
+    def explain_link(self, obj: Provider) -> str:
+        if obj.pk is None:
+            return "—"
+        return format_html(
+            '<a href="{}">Explain a request that asks for this provider first</a>',
+            explain_url(task="example", provider=obj.name),
         )
 
     @admin.display(description="mode", ordering="mode")
@@ -160,6 +173,28 @@ class ChainAdmin(admin.ModelAdmin):
         js = ["llm_routing/admin/chain_order.js"]
         css = {"all": ["llm_routing/admin/llm_routing.css"]}
 
+    readonly_fields = ["explain_link"]
+
+    def get_urls(self) -> list[URLPattern]:
+        site = self.admin_site
+        extra = [
+            path(
+                "explain/",
+                site.admin_view(lambda request: explain_view(request, site)),
+                name="llm_routing_explain",
+            ),
+        ]
+        return extra + super().get_urls()
+
+    @admin.display(description="explain")
+    def explain_link(self, obj: Chain) -> str:
+        if obj.pk is None:
+            return "—"
+        return format_html(
+            '<a href="{}">Explain a request routed to this chain</a>',
+            explain_url(task="example", chain=obj.name),
+        )
+
     def save_formset(self, request: HttpRequest, form: Any, formset: Any, change: bool) -> None:
         if isinstance(formset, ChainEntryFormSet):
             save_entries(formset)
@@ -191,6 +226,25 @@ class RoutingRuleAdmin(admin.ModelAdmin):
     list_editable = ["priority", "enabled"]
     search_fields = ["name", "route", "task_glob"]
     ordering = ["priority", "name"]
+    readonly_fields = ["explain_link"]
+
+    @admin.display(description="explain")
+    def explain_link(self, obj: RoutingRule) -> str:
+        if obj.pk is None:
+            return "—"
+        return format_html(
+            '<a href="{}">Explain a request this rule matches</a>',
+            explain_url(task=_example_task(obj.task_glob), route=obj.route),
+        )
+
+
+def _example_task(glob: str) -> str:
+    """A task name the glob matches, for the explain link (``summar*`` → ``summarx``)."""
+    if not glob:
+        return "example"
+    text = re.sub(r"\[!?([^\]]*)\]", lambda m: (m.group(1) or "x")[0], glob)
+    text = text.replace("*", "x").replace("?", "x")
+    return text if re.fullmatch(r"[-a-zA-Z0-9_]+", text) else "example"
 
 
 def _search_by_request_id(

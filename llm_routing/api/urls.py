@@ -4,6 +4,7 @@ from django.urls import path
 from drf_spectacular.views import SpectacularAPIView
 
 from .docs_views import SwaggerAssetView, SwaggerDocsView
+from .explain_views import ExplainView
 from .job_views import AuditJobView
 from .openai_compat import ChatCompletionsView, ModelsView
 from .views import AuditView, HealthView
@@ -12,6 +13,7 @@ app_name = "llm_routing"
 
 urlpatterns = [
     path("audit/", AuditView.as_view(), name="audit"),
+    path("audit/explain/", ExplainView.as_view(), name="audit-explain"),
     path("audit/jobs/<str:job_id>/", AuditJobView.as_view(), name="audit-job"),
     path("health/", HealthView.as_view(), name="health"),
     path("v1/chat/completions", ChatCompletionsView.as_view(), name="chat-completions"),

@@ -63,6 +63,7 @@ __all__ = [
     "SUCCESS_WRITE_INTERVAL_S",
     "Circuit",
     "CircuitStore",
+    "Peek",
     "Policy",
     "allow",
     "counts",
@@ -70,6 +71,7 @@ __all__ = [
     "observe",
     "on_failure",
     "on_success",
+    "peek",
     "store",
 ]
 
@@ -191,6 +193,17 @@ class Circuit:
             "last_error_category": self.last_error_category,
             "last_http_status": self.last_http_status,
         }
+
+
+@dataclass(frozen=True, slots=True)
+class Peek:
+    """A read-only look at one circuit (:meth:`CircuitStore.peek`)."""
+
+    tracked: bool  # False for the mock: no upstream, no circuit
+    phase: str  # closed | open | half_open
+    allowed: bool  # what allow() would answer now
+    probe: bool  # the call would be the half-open probe (the slot is free)
+    circuit: Circuit | None
 
 
 _NUMBER = (int, float)
@@ -473,6 +486,20 @@ class CircuitStore:
     def is_probe(self, config: ProviderConfig) -> bool:
         return _key(config.name, config.model) in _probing.get()
 
+    def peek(self, config: ProviderConfig) -> Peek:
+        """What :meth:`allow` would answer now, read-only: no probe slot is claimed, no
+        record written, no claim of this context touched (explain-route, the admin)."""
+        if not _tracked(config):
+            return Peek(tracked=False, phase=CLOSED, allowed=True, probe=False, circuit=None)
+        circuit = self.load(config.name, config.model)
+        phase = circuit.phase(self.clock())
+        if phase == CLOSED:
+            return Peek(tracked=True, phase=phase, allowed=True, probe=False, circuit=circuit)
+        if phase == OPEN:
+            return Peek(tracked=True, phase=phase, allowed=False, probe=False, circuit=circuit)
+        free = self._cache_call("get", _key(config.name, config.model) + ":probe") is None
+        return Peek(tracked=True, phase=phase, allowed=free, probe=free, circuit=circuit)
+
     def observe(self, config: ProviderConfig, result: ProviderResult) -> None:
         """Feed one finished call (after retries) into the circuit and its health."""
         if not _tracked(config):
@@ -556,6 +583,11 @@ store = CircuitStore()
 def allow(config: ProviderConfig) -> bool:
     """Whether a call to this (provider, model) may start now (see :class:`CircuitStore`)."""
     return store.allow(config)
+
+
+def peek(config: ProviderConfig) -> Peek:
+    """What :func:`allow` would answer now, without claiming or writing anything."""
+    return store.peek(config)
 
 
 def is_probe(config: ProviderConfig) -> bool:
