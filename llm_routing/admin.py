@@ -11,10 +11,10 @@ from django.contrib import admin, messages
 from django.db.models import Model, QuerySet
 from django.http import HttpRequest
 from django.urls import URLPattern, path
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
 
 from .admin_chain import ChainEntryForm, ChainEntryFormSet, save_entries
-from .admin_views import explain_url, explain_view
+from .admin_views import circuit_board_view, explain_url, explain_view
 from .models import (
     Attempt,
     AuditJob,
@@ -24,10 +24,13 @@ from .models import (
     RoutingDecision,
     RoutingRule,
 )
-from .providers.registry import known_kinds
+from .providers.registry import get_adapter, known_kinds
 from .resilience import breaker
 
 _M = TypeVar("_M", bound=Model)
+
+#: The capabilities a request may need (``adapter.supports(name)``).
+CAPABILITIES = ("structured_output", "streaming", "prefill")
 
 
 class ProviderForm(forms.ModelForm):
@@ -66,10 +69,17 @@ class ProviderAdmin(admin.ModelAdmin):
     list_filter = ["kind", "mode", "enabled"]
     actions = ["reset_circuits"]
     search_fields = ["name", "model"]
-    readonly_fields = ["key_badge", "explain_link", "created_at", "updated_at"]
+    readonly_fields = [
+        "key_badge",
+        "circuit",
+        "effective_capabilities",
+        "explain_link",
+        "created_at",
+        "updated_at",
+    ]
     fieldsets = [
         (None, {"fields": ["name", "kind", "model", "base_url", "enabled", "mode"]}),
-        ("Explain", {"fields": ["explain_link"]}),
+        ("State", {"fields": ["circuit", "effective_capabilities", "explain_link"]}),
         ("Key", {"fields": ["api_key_env", "key_badge"]}),
         ("Limits", {"fields": ["timeout_s", "first_token_timeout_s", "max_retries", "params"]}),
         (
@@ -95,6 +105,38 @@ class ProviderAdmin(admin.ModelAdmin):
             )
         return format_html(
             '<span class="llmr-key llmr-key-missing" title="{}">missing</span>', obj.api_key_env
+        )
+
+    def get_urls(self) -> list[URLPattern]:
+        extra = [
+            path(
+                "circuits/",
+                self.admin_site.admin_view(lambda request: circuit_board_view(request, self)),
+                name="llm_routing_circuits",
+            ),
+        ]
+        return extra + super().get_urls()
+
+    @admin.display(description="effective capabilities")
+    def effective_capabilities(self, obj: Provider) -> str:
+        """What the adapter declares for this row (what the router checks)."""
+        if obj.pk is None:
+            return "—"
+        try:
+            adapter = get_adapter(obj.to_config())
+        except Exception:  # an unknown or broken kind: the kind field says why
+            return "— (no adapter for this kind)"
+        return format_html_join(
+            " ",
+            '<span class="llmr-badge {}">{}: {}</span>',
+            (
+                (
+                    "llmr-ok" if adapter.supports(cap) else "llmr-na",
+                    cap,
+                    "yes" if adapter.supports(cap) else "no",
+                )
+                for cap in CAPABILITIES
+            ),
         )
 
     @admin.display(description="explain")

@@ -459,6 +459,19 @@ class CircuitStore:
         self._cache_call("delete", key + ":probe")
         logger.warning("Circuit %s/%s reset by an operator.", provider, model)
 
+    def force_open(self, provider: str, model: str, seconds: float) -> Circuit:
+        """Open the circuit for ``seconds`` from now (admin breaker board): the router
+        skips it (``circuit_open``) until then, then one probe decides. The failure
+        streak and cooldown step are kept."""
+        now = self.clock()
+        before = self.load(provider, model)
+        after = replace(before, state=OPEN, opened_at=now, open_until=now + float(seconds))
+        self.save(after)
+        logger.warning(
+            "Circuit %s/%s forced open for %.0fs by an operator.", provider, model, seconds
+        )
+        return after
+
     # -- the router's two calls -------------------------------------------------------------
     def allow(self, config: ProviderConfig) -> bool:
         """Whether a call to this (provider, model) may start now. In half-open it
