@@ -15,6 +15,7 @@ from django.utils.html import format_html, format_html_join
 
 from .admin_chain import ChainEntryForm, ChainEntryFormSet, save_entries
 from .admin_views import circuit_board_view, explain_url, explain_view
+from .charts import TimelineItem, timeline_svg
 from .models import (
     Attempt,
     AuditJob,
@@ -329,13 +330,28 @@ ATTEMPT_FIELDS = (
     "http_status",
     "transient",
     "retries",
-    "latency_ms",
+    "latency",
     "served",
     "partial",
 )
 
 
-class AttemptInline(LogMixin, admin.TabularInline):
+def _ms(value: float | None) -> str:
+    """A latency for people: whole milliseconds (``0.4`` → ``<1 ms``)."""
+    if value is None:
+        return "—"
+    if 0 < value < 1:
+        return "<1 ms"
+    return f"{value:,.0f} ms"
+
+
+class LatencyMixin:
+    @admin.display(description="latency", ordering="latency_ms")
+    def latency(self, obj: Attempt) -> str:
+        return _ms(obj.latency_ms)
+
+
+class AttemptInline(LatencyMixin, LogMixin, admin.TabularInline):
     model = Attempt
     extra = 0
     can_delete = False
@@ -354,12 +370,88 @@ class RoutingDecisionAdmin(LogMixin, admin.ModelAdmin):
         "status",
         "fallback_used",
         "fallback_reason",
-        "total_latency_ms",
+        "total_latency",
     ]
     list_filter = ["status", "router_mode", "fallback_used", "selected_provider", "created_at"]
     search_fields = ["=request_id", "task"]
     date_hierarchy = "created_at"
     inlines = [AttemptInline]
+    fieldsets = [
+        (None, {"fields": ["timeline", "explain_link"]}),
+        (
+            "Request",
+            {
+                "fields": [
+                    "request_id",
+                    "created_at",
+                    "task",
+                    "route",
+                    "input_length",
+                    "input_sha256",
+                ]
+            },
+        ),
+        (
+            "Routing",
+            {
+                "fields": [
+                    "router_mode",
+                    "rule",
+                    "chain_name",
+                    "requested_provider",
+                    "selected_provider",
+                    "fallback_used",
+                    "fallback_reason",
+                    "status",
+                    "mode",
+                    "total_latency",
+                ]
+            },
+        ),
+    ]
+    readonly_fields = ["timeline", "explain_link", "total_latency"]
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[RoutingDecision]:
+        return super().get_queryset(request).prefetch_related("attempts")
+
+    @admin.display(description="total latency", ordering="total_latency_ms")
+    def total_latency(self, obj: RoutingDecision) -> str:
+        return _ms(obj.total_latency_ms)
+
+    @admin.display(description="timeline")
+    def timeline(self, obj: RoutingDecision) -> str:
+        attempts = sorted(obj.attempts.all(), key=lambda a: a.index)
+        return timeline_svg(
+            [
+                TimelineItem(
+                    index=a.index,
+                    provider=a.provider,
+                    outcome=a.outcome,
+                    latency_ms=a.latency_ms,
+                    retries=a.retries,
+                    reason=a.reason or a.error_category,
+                    served=a.served,
+                    http_status=a.http_status,
+                )
+                for a in attempts
+            ]
+        )
+
+    @admin.display(description="explain")
+    def explain_link(self, obj: RoutingDecision) -> str:
+        """The explain page with this decision's routing inputs (what would happen now)."""
+        forced = obj.router_mode == "forced"
+        chain_by_name = obj.router_mode == "explicit" and not obj.requested_provider
+        return format_html(
+            '<a href="{}">Explain this route now</a>',
+            explain_url(
+                task=obj.task,
+                route=obj.route,
+                provider="" if forced else obj.requested_provider,
+                force_provider=obj.requested_provider if forced else "",
+                chain=obj.chain_name if chain_by_name else "",
+            ),
+        )
 
     def get_search_results(
         self, request: HttpRequest, queryset: QuerySet[RoutingDecision], search_term: str
@@ -368,7 +460,7 @@ class RoutingDecisionAdmin(LogMixin, admin.ModelAdmin):
 
 
 @admin.register(Attempt)
-class AttemptAdmin(LogMixin, admin.ModelAdmin):
+class AttemptAdmin(LatencyMixin, LogMixin, admin.ModelAdmin):
     list_display = ["decision", *ATTEMPT_FIELDS]
     list_filter = ["outcome", "provider", "served", "decision__created_at"]
     search_fields = ["=decision__request_id"]
