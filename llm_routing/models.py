@@ -251,6 +251,10 @@ class RoutingDecision(models.Model):
     class Meta:
         ordering = ["-created_at"]
         get_latest_by = "created_at"
+        indexes = [
+            # The admin dashboard's window counts (requests, fallbacks), index-only.
+            models.Index(fields=["created_at", "fallback_used"], name="llmr_decision_window"),
+        ]
 
     def __str__(self) -> str:
         return str(self.request_id)
@@ -282,6 +286,19 @@ class Attempt(models.Model):
             models.UniqueConstraint(
                 fields=["decision", "index"], name="llm_routing_attempt_unique_index"
             )
+        ]
+        indexes = [
+            # The admin dashboard: a decision-id range, grouped by provider and outcome,
+            # with the latency for percentiles — all read from the index.
+            models.Index(
+                fields=["decision", "provider", "outcome", "latency_ms"],
+                name="llmr_attempt_dashboard",
+            ),
+            models.Index(
+                fields=["decision", "reason"],
+                condition=Q(outcome="skipped"),
+                name="llmr_attempt_skips",
+            ),
         ]
 
     def __str__(self) -> str:
