@@ -10,7 +10,7 @@ from django import forms
 from django.contrib import admin, messages
 from django.db.models import Model, QuerySet
 from django.http import HttpRequest
-from django.urls import URLPattern, path
+from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html, format_html_join
 
 from .admin_chain import ChainEntryForm, ChainEntryFormSet, save_entries
@@ -27,8 +27,14 @@ from .models import (
 )
 from .providers.registry import get_adapter, known_kinds
 from .resilience import breaker
+from .service import execute
+from .types import AuditRequest
 
 _M = TypeVar("_M", bound=Model)
+
+#: The task and input of the "Test the selected providers" action.
+ADMIN_TEST_TASK = "admin_test"
+ADMIN_TEST_INPUT = "Reply with the single word: pong"
 
 #: The capabilities a request may need (``adapter.supports(name)``).
 CAPABILITIES = ("structured_output", "streaming", "prefill")
@@ -68,7 +74,7 @@ class ProviderAdmin(admin.ModelAdmin):
         "updated_at",
     ]
     list_filter = ["kind", "mode", "enabled"]
-    actions = ["reset_circuits"]
+    actions = ["test_providers", "reset_circuits"]
     search_fields = ["name", "model"]
     readonly_fields = [
         "key_badge",
@@ -181,6 +187,52 @@ class ProviderAdmin(admin.ModelAdmin):
             "; ".join(detail) or "no failures seen",
             phase.replace("_", "-"),
         )
+
+    @admin.action(description="Test the selected providers (one tiny real request each)")
+    def test_providers(self, request: HttpRequest, queryset: QuerySet[Provider]) -> None:
+        """One request per provider through its adapter, forced to that provider and
+        recorded as a normal routing decision with task ``admin_test``."""
+        for provider in queryset.order_by("name"):
+            routed = execute(
+                AuditRequest(
+                    task=ADMIN_TEST_TASK,
+                    input_text=ADMIN_TEST_INPUT,
+                    force_provider=provider.name,
+                    max_tokens=16,
+                )
+            )
+            result = routed.result
+            link = reverse("admin:llm_routing_routingdecision_changelist")
+            where = format_html(
+                '<a href="{}?q={}">decision {}</a>', link, routed.request_id, routed.request_id
+            )
+            if result.ok:
+                self.message_user(
+                    request,
+                    format_html(
+                        "{}: ok in {} from model {} ({}).",
+                        provider.name,
+                        _ms(result.latency_ms),
+                        result.model or "—",
+                        where,
+                    ),
+                    messages.SUCCESS,
+                )
+            else:
+                error = result.error
+                status = f" {error.http_status}" if error and error.http_status else ""
+                self.message_user(
+                    request,
+                    format_html(
+                        "{}: {}{} — {} ({}).",
+                        provider.name,
+                        error.category if error else result.status,
+                        status,
+                        error.message if error else "",
+                        where,
+                    ),
+                    messages.ERROR,
+                )
 
     @admin.action(description="Reset the circuit breaker of the selected providers")
     def reset_circuits(self, request: HttpRequest, queryset: QuerySet[Provider]) -> None:
