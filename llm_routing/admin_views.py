@@ -6,6 +6,7 @@ site, with its login and permissions) and renders a template under
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlencode
 
@@ -106,16 +107,31 @@ def circuit_rows(providers: list[Provider]) -> list[dict[str, Any]]:
                 if health["state"] == breaker.OPEN and circuit.open_until is not None
                 else None
             )
+            shown = {
+                k: _when(v) if k.endswith("_at") or k == "open_until" else v
+                for k, v in health.items()
+            }
             rows.append(
                 {
                     "provider": p,
                     "model": circuit.model,
                     "override": circuit.model != p.model,
                     "remaining_s": round(remaining) if remaining is not None else None,
-                    **health,
+                    **shown,
                 }
             )
     return rows
+
+
+def _when(iso: Any) -> Any:
+    """``2026-12-03T09:17:47.275+00:00`` → ``2026-12-03 09:17:47 UTC`` (None stays)."""
+    if not isinstance(iso, str):
+        return iso
+    try:
+        moment = datetime.fromisoformat(iso.replace("Z", "+00:00"))
+    except ValueError:
+        return iso
+    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def circuit_board_view(request: HttpRequest, model_admin: admin.ModelAdmin) -> HttpResponse:

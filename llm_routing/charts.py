@@ -69,11 +69,11 @@ class TimelineItem:
     http_status: int | None = None
 
 
-def timeline_svg(items: Sequence[TimelineItem], *, width: int = 760) -> SafeString:
+def timeline_svg(items: Sequence[TimelineItem], *, width: int = 640) -> SafeString:
     """Each attempt a bar on a millisecond axis, in walk order (each starts where the
     previous ended); skips are markers with their reason; retries are ticks dividing a
     bar into its upstream requests; the served attempt is outlined."""
-    left, right, row_h, top = 170, 20, 28, 10
+    left, right, row_h, top = 110, 200, 28, 10  # the right margin holds the last label
     plot_w = width - left - right
     total = sum(max(0.0, i.latency_ms) for i in items)
     ticks = nice_ticks(total or 1.0)
@@ -131,15 +131,7 @@ def timeline_svg(items: Sequence[TimelineItem], *, width: int = 760) -> SafeStri
                 f'<line class="llmr-retry" x1="{tx:.1f}" y1="{y + 2}" x2="{tx:.1f}" '
                 f'y2="{y + row_h - 4}" stroke="#fff" stroke-width="2" stroke-dasharray="3 2"/>'
             )
-        text_x = x + w + 6
-        anchor = "start"
-        if text_x > width - 150:
-            text_x, anchor = x + w - 6, "end"
-        fill = "#fff" if anchor == "end" else "#333"
-        parts.append(
-            f'<text x="{text_x:.1f}" y="{y + 18}" text-anchor="{anchor}" fill="{fill}">'
-            f"{detail}</text></g>"
-        )
+        parts.append(f'<text x="{x + w + 6:.1f}" y="{y + 18}" fill="#333">{detail}</text></g>')
         start += max(0.0, item.latency_ms)
     parts.append("</svg>")
     return mark_safe("".join(parts))  # noqa: S308 - every text above is escaped

@@ -73,7 +73,8 @@ def test_app_index_renders_the_charts(admin_client, history):
     dash = html[html.index('id="llmr-dashboard"') :]
     dash = dash[: dash.index("Explain a route</a>")]
     assert "Routing, last 1h" in dash
-    assert "<td>6</td>" in dash and "2 (33.3 %)" in dash
+    assert '<strong class="llmr-requests">6</strong>' in dash
+    assert '<strong class="llmr-fallbacks">2</strong> with a fallback (33.3 %)' in dash
     assert dash.count('class="llmr-stacked"') == 2 and dash.count('class="llmr-bars"') == 1
     assert "circuit_open" in dash and "Attempts by outcome" in dash
     assert "http://" not in dash.replace('xmlns="http://www.w3.org/2000/svg"', "")
