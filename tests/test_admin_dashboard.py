@@ -47,6 +47,19 @@ def history() -> None:
 
 
 def test_windows_count_what_they_should(history):
+    check_windows()
+
+
+@pytest.mark.services
+def test_windows_on_postgresql(history):
+    """The same figures from PostgreSQL's percentile_cont (services suite)."""
+    from django.db import connection
+
+    assert connection.vendor == "postgresql"
+    check_windows()
+
+
+def check_windows() -> None:
     hour = dashboard.build("1h")
     assert hour.summary == {"requests": 6, "fallbacks": 2, "fallback_rate": pytest.approx(2 / 6)}
     assert hour.outcomes == {"a": {"ok": 4, "skipped": 2}, "b": {"ok": 1, "skipped": 1},
