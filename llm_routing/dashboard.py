@@ -6,7 +6,13 @@ turned once into the first decision id inside it (one index lookup on ``created_
 and every Attempt query filters on ``decision_id >= first`` — a range over the
 ``(decision, provider, outcome, latency_ms)`` index, with no join. A decision inserted
 a few milliseconds out of id order at the window's very edge may be counted in the
-neighbouring window; nothing else is approximate.
+neighbouring window.
+
+A window of more than ``2 * SAMPLE_DECISIONS`` decisions is *sampled* for the Attempt
+charts: ``SAMPLE_BLOCKS`` evenly spaced stretches of consecutive decision ids, about
+``SAMPLE_DECISIONS`` decisions in all (a time-stratified sample), read as index range
+scans; counts are scaled up by the sampling ratio and the page says they are estimates.
+The request and fallback counts are always exact.
 """
 
 from __future__ import annotations
@@ -16,21 +22,25 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import connections, router
-from django.db.models import Aggregate, Count, F, FloatField, Q
+from django.db.models import Aggregate, Count, FloatField, Q
 from django.utils import timezone
 
 from .models import Attempt, RoutingDecision
 
 __all__ = [
     "DEFAULT_WINDOW",
+    "SAMPLE_BLOCKS",
+    "SAMPLE_DECISIONS",
     "WINDOWS",
     "Dashboard",
+    "Slice",
     "attempts_by_outcome",
     "build",
     "first_decision_id",
     "latency_percentiles",
     "request_summary",
     "top_skip_reasons",
+    "window_slice",
 ]
 
 WINDOWS: dict[str, timedelta] = {
@@ -40,9 +50,24 @@ WINDOWS: dict[str, timedelta] = {
 }
 DEFAULT_WINDOW = "24h"
 TOP_REASONS = 8
-#: Above this many decisions in the window, percentiles come from a systematic sample
-#: (every k-th decision id) of about this many decisions.
-PERCENTILE_SAMPLE = 20_000
+#: Windows of more than twice this many decisions feed the Attempt charts from a sample
+#: of about this many decisions, in SAMPLE_BLOCKS evenly spaced stretches of ids.
+SAMPLE_DECISIONS = 20_000
+SAMPLE_BLOCKS = 40
+
+
+@dataclass(frozen=True)
+class Slice:
+    """The Attempt rows of a window: a filter on decision ids, and the factor that turns
+    counts of the filtered rows into counts of the whole window (1.0: exact)."""
+
+    where: Q
+    scale: float = 1.0
+    decisions: int = 0  # decisions the filter covers
+
+    @property
+    def sampled(self) -> bool:
+        return self.scale > 1.0
 
 
 class _PercentileCont(Aggregate):
@@ -66,8 +91,27 @@ def first_decision_id(since: datetime) -> int | None:
     )
 
 
-def _attempts(first_id: int) -> Any:
-    return Attempt.objects.filter(decision_id__gte=first_id)
+def window_slice(since: datetime) -> Slice | None:
+    """The Attempt rows of the window starting at ``since`` (None: no decision in it)."""
+    first = first_decision_id(since)
+    if first is None:
+        return None
+    last = RoutingDecision.objects.order_by("-id").values_list("id", flat=True).first() or first
+    span = last - first + 1
+    if span <= 2 * SAMPLE_DECISIONS:
+        return Slice(Q(decision_id__gte=first), 1.0, span)
+    size = max(1, SAMPLE_DECISIONS // SAMPLE_BLOCKS)
+    stride = span / SAMPLE_BLOCKS
+    where = Q()
+    for block in range(SAMPLE_BLOCKS):
+        low = first + int(block * stride)
+        where |= Q(decision_id__gte=low, decision_id__lt=low + size)
+    covered = size * SAMPLE_BLOCKS
+    return Slice(where, span / covered, covered)
+
+
+def _attempts(window: Slice) -> Any:
+    return Attempt.objects.filter(window.where)
 
 
 def request_summary(since: datetime) -> dict[str, Any]:
@@ -82,36 +126,29 @@ def request_summary(since: datetime) -> dict[str, Any]:
     }
 
 
-def attempts_by_outcome(first_id: int | None) -> dict[str, dict[str, int]]:
-    """provider -> outcome -> count."""
-    if first_id is None:
+def attempts_by_outcome(window: Slice | None) -> dict[str, dict[str, int]]:
+    """provider -> outcome -> count (scaled up when the window is sampled)."""
+    if window is None:
         return {}
     out: dict[str, dict[str, int]] = {}
     rows = (
-        _attempts(first_id)
+        _attempts(window)
         .values("provider", "outcome")
         .annotate(n=Count("*"))
         .order_by("provider", "outcome")
     )
     for row in rows:
-        out.setdefault(row["provider"], {})[row["outcome"]] = int(row["n"])
+        out.setdefault(row["provider"], {})[row["outcome"]] = round(row["n"] * window.scale)
     return out
 
 
-def latency_percentiles(first_id: int | None) -> dict[str, tuple[float, float]]:
+def latency_percentiles(window: Slice | None) -> dict[str, tuple[float, float]]:
     """provider -> (p50, p95) latency in ms of the attempts that called the upstream
     (skips excluded). PostgreSQL computes them in the query; other databases get the
-    same figures (linear interpolation) from the latencies in Python. Windows of more
-    than ``2 * PERCENTILE_SAMPLE`` decisions are sampled (every k-th decision id)."""
-    if first_id is None:
+    same figures (linear interpolation) from the latencies in Python."""
+    if window is None:
         return {}
-    called = _attempts(first_id).exclude(outcome=Attempt.Outcome.SKIPPED)
-    last_id = RoutingDecision.objects.order_by("-id").values_list("id", flat=True).first() or 0
-    step = (last_id - first_id + 1) // PERCENTILE_SAMPLE
-    if step > 1:
-        # A wide window: every step-th decision's attempts. Percentiles of a systematic
-        # sample of >= PERCENTILE_SAMPLE requests, instead of sorting every latency.
-        called = called.alias(sample=F("decision_id") % step).filter(sample=0)
+    called = _attempts(window).exclude(outcome=Attempt.Outcome.SKIPPED)
     vendor = connections[router.db_for_read(Attempt)].vendor
     if vendor == "postgresql":
         rows = (
@@ -140,17 +177,17 @@ def _percentile(ordered: list[float], fraction: float) -> float:
     return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
 
 
-def top_skip_reasons(first_id: int | None, limit: int = TOP_REASONS) -> list[tuple[str, int]]:
-    if first_id is None:
+def top_skip_reasons(window: Slice | None, limit: int = TOP_REASONS) -> list[tuple[str, int]]:
+    if window is None:
         return []
     rows = (
-        _attempts(first_id)
+        _attempts(window)
         .filter(outcome=Attempt.Outcome.SKIPPED)
         .values("reason")
         .annotate(n=Count("*"))
         .order_by("-n", "reason")[:limit]
     )
-    return [(r["reason"] or "—", int(r["n"])) for r in rows]
+    return [(r["reason"] or "—", round(r["n"] * window.scale)) for r in rows]
 
 
 @dataclass
@@ -161,17 +198,19 @@ class Dashboard:
     outcomes: dict[str, dict[str, int]] = field(default_factory=dict)
     latency: dict[str, tuple[float, float]] = field(default_factory=dict)
     skips: list[tuple[str, int]] = field(default_factory=list)
+    sampled_decisions: int | None = None  # set when the Attempt charts are estimates
 
 
 def build(window: str = DEFAULT_WINDOW, *, now: datetime | None = None) -> Dashboard:
     window = window if window in WINDOWS else DEFAULT_WINDOW
     since = (now or timezone.now()) - WINDOWS[window]
-    first = first_decision_id(since)
+    part = window_slice(since)
     return Dashboard(
         window=window,
         since=since,
         summary=request_summary(since),
-        outcomes=attempts_by_outcome(first),
-        latency=latency_percentiles(first),
-        skips=top_skip_reasons(first),
+        outcomes=attempts_by_outcome(part),
+        latency=latency_percentiles(part),
+        skips=top_skip_reasons(part),
+        sampled_decisions=part.decisions if part is not None and part.sampled else None,
     )

@@ -103,3 +103,27 @@ def test_dashboard_needs_the_view_permission(client, django_user_model, history)
     client.force_login(user)
     html = client.get(reverse("admin:app_list", args=["llm_routing"])).content.decode()
     assert "llmr-dashboard" not in html
+
+
+def test_wide_windows_are_sampled_and_scaled(history, monkeypatch):
+    # 8 decisions in 7 d; with a sample of 2 decisions (2 blocks of 1) it is "wide".
+    monkeypatch.setattr(dashboard, "SAMPLE_DECISIONS", 2)
+    monkeypatch.setattr(dashboard, "SAMPLE_BLOCKS", 2)
+    part = dashboard.window_slice(timezone.now() - timedelta(days=7))
+    assert part is not None and part.sampled and part.decisions == 2
+    assert part.scale == pytest.approx(8 / 2)
+    week = dashboard.build("7d")
+    assert week.sampled_decisions == 2
+    assert week.summary["requests"] == 8  # always exact
+    total = sum(n for counts in week.outcomes.values() for n in counts.values())
+    assert total % 4 == 0 and total > 0  # sample counts x 4
+    monkeypatch.setattr(dashboard, "SAMPLE_DECISIONS", 20_000)
+    assert dashboard.build("7d").sampled_decisions is None
+
+
+def test_sampled_page_says_so(admin_client, history, monkeypatch):
+    monkeypatch.setattr(dashboard, "SAMPLE_DECISIONS", 2)
+    monkeypatch.setattr(dashboard, "SAMPLE_BLOCKS", 2)
+    url = reverse("admin:app_list", args=["llm_routing"])
+    html = admin_client.get(url, {"window": "7d"}).content.decode()
+    assert "estimated from a sample of 2 requests" in html

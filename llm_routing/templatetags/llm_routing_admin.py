@@ -61,5 +61,6 @@ def llmr_dashboard(context: template.Context) -> dict[str, Any]:
         "fallbacks": summary["fallbacks"],
         "fallback_pct": round(100 * summary["fallback_rate"], 1),
         "charts": [outcomes, latency, skips],
+        "sampled_decisions": board.sampled_decisions,
         "latency": [(p, round(p50), round(p95)) for p, (p50, p95) in sorted(board.latency.items())],
     }
