@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import re
 import uuid
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
+from django import forms
 from django.contrib import admin, messages
 from django.db.models import Model, QuerySet
 from django.http import HttpRequest
-from django.utils.html import format_html
+from django.urls import URLPattern, path, reverse
+from django.utils.html import format_html, format_html_join
 
+from .admin_chain import ChainEntryForm, ChainEntryFormSet, save_entries
+from .admin_views import circuit_board_view, explain_url, explain_view
+from .charts import TimelineItem, timeline_svg
 from .models import (
     Attempt,
     AuditJob,
@@ -19,29 +25,68 @@ from .models import (
     RoutingDecision,
     RoutingRule,
 )
+from .providers.registry import get_adapter, known_kinds
 from .resilience import breaker
+from .service import execute
+from .types import AuditRequest
 
 _M = TypeVar("_M", bound=Model)
+
+#: The task and input of the "Test the selected providers" action.
+ADMIN_TEST_TASK = "admin_test"
+ADMIN_TEST_INPUT = "Reply with the single word: pong"
+
+#: The capabilities a request may need (``adapter.supports(name)``).
+CAPABILITIES = ("structured_output", "streaming", "prefill")
+
+
+class ProviderForm(forms.ModelForm):
+    """``kind`` is a choice among the registered adapter kinds (built-in, from
+    ``LLM_ROUTING["PROVIDER_KINDS"]`` and ``register()``), read when the form is built."""
+
+    kind = forms.ChoiceField(choices=(), help_text=Provider._meta.get_field("kind").help_text)
+
+    class Meta:
+        model = Provider
+        exclude: list[str] = []  # every editable field; the admin's fieldsets pick them
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        kinds = known_kinds()
+        current = self.instance.kind if self.instance.pk else ""
+        if current and current not in kinds:
+            kinds = [*kinds, current]  # shown so the page renders; refused on save
+        field = cast(forms.ChoiceField, self.fields["kind"])
+        field.choices = [("", "---------"), *((k, k) for k in kinds)]
 
 
 @admin.register(Provider)
 class ProviderAdmin(admin.ModelAdmin):
+    form = ProviderForm
     list_display = [
         "name",
         "kind",
         "model",
-        "mode",
+        "mode_shown",
         "enabled",
         "key_badge",
         "circuit",
         "updated_at",
     ]
     list_filter = ["kind", "mode", "enabled"]
-    actions = ["reset_circuits"]
+    actions = ["test_providers", "reset_circuits"]
     search_fields = ["name", "model"]
-    readonly_fields = ["key_badge", "created_at", "updated_at"]
+    readonly_fields = [
+        "key_badge",
+        "circuit",
+        "effective_capabilities",
+        "explain_link",
+        "created_at",
+        "updated_at",
+    ]
     fieldsets = [
         (None, {"fields": ["name", "kind", "model", "base_url", "enabled", "mode"]}),
+        ("State", {"fields": ["circuit", "effective_capabilities", "explain_link"]}),
         ("Key", {"fields": ["api_key_env", "key_badge"]}),
         ("Limits", {"fields": ["timeout_s", "first_token_timeout_s", "max_retries", "params"]}),
         (
@@ -69,11 +114,62 @@ class ProviderAdmin(admin.ModelAdmin):
             '<span class="llmr-key llmr-key-missing" title="{}">missing</span>', obj.api_key_env
         )
 
+    def get_urls(self) -> list[URLPattern]:
+        extra = [
+            path(
+                "circuits/",
+                self.admin_site.admin_view(lambda request: circuit_board_view(request, self)),
+                name="llm_routing_circuits",
+            ),
+        ]
+        return extra + super().get_urls()
+
+    @admin.display(description="effective capabilities")
+    def effective_capabilities(self, obj: Provider) -> str:
+        """What the adapter declares for this row (what the router checks)."""
+        if obj.pk is None:
+            return "—"
+        try:
+            adapter = get_adapter(obj.to_config())
+        except Exception:  # an unknown or broken kind: the kind field says why
+            return "— (no adapter for this kind)"
+        return format_html_join(
+            " ",
+            '<span class="llmr-badge {}">{}: {}</span>',
+            (
+                (
+                    "llmr-ok" if adapter.supports(cap) else "llmr-na",
+                    cap,
+                    "yes" if adapter.supports(cap) else "no",
+                )
+                for cap in CAPABILITIES
+            ),
+        )
+
+    @admin.display(description="explain")
+    def explain_link(self, obj: Provider) -> str:
+        if obj.pk is None:
+            return "—"
+        return format_html(
+            '<a href="{}">Explain a request that asks for this provider first</a>',
+            explain_url(task="example", provider=obj.name),
+        )
+
+    @admin.display(description="mode", ordering="mode")
+    def mode_shown(self, obj: Provider) -> str:
+        """The mode the router really uses: ``mock`` for the mock kind and the backstop."""
+        return obj.effective_mode
+
     @admin.display(description="circuit")
     def circuit(self, obj: Provider) -> str:
         """Passive health of the provider's own model, from real calls only."""
         if obj.pk is None:
             return "—"
+        if obj.effective_mode == "mock":
+            return format_html(
+                '<span class="llmr-circuit llmr-circuit-n-a" title="{}">n/a</span>',
+                "answers offline: no upstream, no circuit",
+            )
         circuit = breaker.store.load(obj.name, obj.model)
         now = breaker.store.clock()
         phase = circuit.phase(now)
@@ -92,6 +188,52 @@ class ProviderAdmin(admin.ModelAdmin):
             phase.replace("_", "-"),
         )
 
+    @admin.action(description="Test the selected providers (one tiny real request each)")
+    def test_providers(self, request: HttpRequest, queryset: QuerySet[Provider]) -> None:
+        """One request per provider through its adapter, forced to that provider and
+        recorded as a normal routing decision with task ``admin_test``."""
+        for provider in queryset.order_by("name"):
+            routed = execute(
+                AuditRequest(
+                    task=ADMIN_TEST_TASK,
+                    input_text=ADMIN_TEST_INPUT,
+                    force_provider=provider.name,
+                    max_tokens=16,
+                )
+            )
+            result = routed.result
+            link = reverse("admin:llm_routing_routingdecision_changelist")
+            where = format_html(
+                '<a href="{}?q={}">decision {}</a>', link, routed.request_id, routed.request_id
+            )
+            if result.ok:
+                self.message_user(
+                    request,
+                    format_html(
+                        "{}: ok in {} from model {} ({}).",
+                        provider.name,
+                        _ms(result.latency_ms),
+                        result.model or "—",
+                        where,
+                    ),
+                    messages.SUCCESS,
+                )
+            else:
+                error = result.error
+                status = f" {error.http_status}" if error and error.http_status else ""
+                self.message_user(
+                    request,
+                    format_html(
+                        "{}: {}{} — {} ({}).",
+                        provider.name,
+                        error.category if error else result.status,
+                        status,
+                        error.message if error else "",
+                        where,
+                    ),
+                    messages.ERROR,
+                )
+
     @admin.action(description="Reset the circuit breaker of the selected providers")
     def reset_circuits(self, request: HttpRequest, queryset: QuerySet[Provider]) -> None:
         rows = list(queryset)
@@ -102,10 +244,16 @@ class ProviderAdmin(admin.ModelAdmin):
 
 class ChainEntryInline(admin.TabularInline):
     model = ChainEntry
+    form = ChainEntryForm
+    formset = ChainEntryFormSet
     extra = 1
     ordering = ["position"]
     fields = ["position", "provider", "model", "enabled"]
     autocomplete_fields = ["provider"]
+    classes = ["llmr-chain-entries"]
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[ChainEntry]:
+        return super().get_queryset(request).select_related("chain", "provider")
 
 
 @admin.register(Chain)
@@ -115,6 +263,39 @@ class ChainAdmin(admin.ModelAdmin):
     search_fields = ["name"]
     inlines = [ChainEntryInline]
     filter_horizontal = ["allowed_users", "allowed_groups"]
+
+    class Media:
+        # Self-hosted drag handles that rewrite the position inputs (no CDN).
+        js = ["llm_routing/admin/chain_order.js"]
+        css = {"all": ["llm_routing/admin/llm_routing.css"]}
+
+    readonly_fields = ["explain_link"]
+
+    def get_urls(self) -> list[URLPattern]:
+        site = self.admin_site
+        extra = [
+            path(
+                "explain/",
+                site.admin_view(lambda request: explain_view(request, site)),
+                name="llm_routing_explain",
+            ),
+        ]
+        return extra + super().get_urls()
+
+    @admin.display(description="explain")
+    def explain_link(self, obj: Chain) -> str:
+        if obj.pk is None:
+            return "—"
+        return format_html(
+            '<a href="{}">Explain a request routed to this chain</a>',
+            explain_url(task="example", chain=obj.name),
+        )
+
+    def save_formset(self, request: HttpRequest, form: Any, formset: Any, change: bool) -> None:
+        if isinstance(formset, ChainEntryFormSet):
+            save_entries(formset)
+        else:
+            super().save_formset(request, form, formset, change)
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Chain]:
         return super().get_queryset(request).prefetch_related("entries__provider")
@@ -141,6 +322,25 @@ class RoutingRuleAdmin(admin.ModelAdmin):
     list_editable = ["priority", "enabled"]
     search_fields = ["name", "route", "task_glob"]
     ordering = ["priority", "name"]
+    readonly_fields = ["explain_link"]
+
+    @admin.display(description="explain")
+    def explain_link(self, obj: RoutingRule) -> str:
+        if obj.pk is None:
+            return "—"
+        return format_html(
+            '<a href="{}">Explain a request this rule matches</a>',
+            explain_url(task=_example_task(obj.task_glob), route=obj.route),
+        )
+
+
+def _example_task(glob: str) -> str:
+    """A task name the glob matches, for the explain link (``summar*`` → ``summarx``)."""
+    if not glob:
+        return "example"
+    text = re.sub(r"\[!?([^\]]*)\]", lambda m: (m.group(1) or "x")[0], glob)
+    text = text.replace("*", "x").replace("?", "x")
+    return text if re.fullmatch(r"[-a-zA-Z0-9_]+", text) else "example"
 
 
 def _search_by_request_id(
@@ -166,6 +366,14 @@ class ReadOnlyMixin:
         return False
 
 
+class LogMixin(ReadOnlyMixin):
+    """The routing logs: view-only for everyone, superusers included. Retention is the
+    ``llm_routing_purge`` command's job, so no delete page and no "Delete selected"."""
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
 ATTEMPT_FIELDS = (
     "index",
     "provider",
@@ -175,13 +383,28 @@ ATTEMPT_FIELDS = (
     "http_status",
     "transient",
     "retries",
-    "latency_ms",
+    "latency",
     "served",
     "partial",
 )
 
 
-class AttemptInline(ReadOnlyMixin, admin.TabularInline):
+def _ms(value: float | None) -> str:
+    """A latency for people: whole milliseconds (``0.4`` → ``<1 ms``)."""
+    if value is None:
+        return "—"
+    if 0 < value < 1:
+        return "<1 ms"
+    return f"{value:,.0f} ms"
+
+
+class LatencyMixin:
+    @admin.display(description="latency", ordering="latency_ms")
+    def latency(self, obj: Attempt) -> str:
+        return _ms(obj.latency_ms)
+
+
+class AttemptInline(LatencyMixin, LogMixin, admin.TabularInline):
     model = Attempt
     extra = 0
     can_delete = False
@@ -190,7 +413,7 @@ class AttemptInline(ReadOnlyMixin, admin.TabularInline):
 
 
 @admin.register(RoutingDecision)
-class RoutingDecisionAdmin(ReadOnlyMixin, admin.ModelAdmin):
+class RoutingDecisionAdmin(LogMixin, admin.ModelAdmin):
     list_display = [
         "created_at",
         "request_id",
@@ -200,12 +423,88 @@ class RoutingDecisionAdmin(ReadOnlyMixin, admin.ModelAdmin):
         "status",
         "fallback_used",
         "fallback_reason",
-        "total_latency_ms",
+        "total_latency",
     ]
     list_filter = ["status", "router_mode", "fallback_used", "selected_provider", "created_at"]
     search_fields = ["=request_id", "task"]
     date_hierarchy = "created_at"
     inlines = [AttemptInline]
+    fieldsets = [
+        (None, {"fields": ["timeline", "explain_link"]}),
+        (
+            "Request",
+            {
+                "fields": [
+                    "request_id",
+                    "created_at",
+                    "task",
+                    "route",
+                    "input_length",
+                    "input_sha256",
+                ]
+            },
+        ),
+        (
+            "Routing",
+            {
+                "fields": [
+                    "router_mode",
+                    "rule",
+                    "chain_name",
+                    "requested_provider",
+                    "selected_provider",
+                    "fallback_used",
+                    "fallback_reason",
+                    "status",
+                    "mode",
+                    "total_latency",
+                ]
+            },
+        ),
+    ]
+    readonly_fields = ["timeline", "explain_link", "total_latency"]
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[RoutingDecision]:
+        return super().get_queryset(request).prefetch_related("attempts")
+
+    @admin.display(description="total latency", ordering="total_latency_ms")
+    def total_latency(self, obj: RoutingDecision) -> str:
+        return _ms(obj.total_latency_ms)
+
+    @admin.display(description="timeline")
+    def timeline(self, obj: RoutingDecision) -> str:
+        attempts = sorted(obj.attempts.all(), key=lambda a: a.index)
+        return timeline_svg(
+            [
+                TimelineItem(
+                    index=a.index,
+                    provider=a.provider,
+                    outcome=a.outcome,
+                    latency_ms=a.latency_ms,
+                    retries=a.retries,
+                    reason=a.reason or a.error_category,
+                    served=a.served,
+                    http_status=a.http_status,
+                )
+                for a in attempts
+            ]
+        )
+
+    @admin.display(description="explain")
+    def explain_link(self, obj: RoutingDecision) -> str:
+        """The explain page with this decision's routing inputs (what would happen now)."""
+        forced = obj.router_mode == "forced"
+        chain_by_name = obj.router_mode == "explicit" and not obj.requested_provider
+        return format_html(
+            '<a href="{}">Explain this route now</a>',
+            explain_url(
+                task=obj.task,
+                route=obj.route,
+                provider="" if forced else obj.requested_provider,
+                force_provider=obj.requested_provider if forced else "",
+                chain=obj.chain_name if chain_by_name else "",
+            ),
+        )
 
     def get_search_results(
         self, request: HttpRequest, queryset: QuerySet[RoutingDecision], search_term: str
@@ -214,7 +513,7 @@ class RoutingDecisionAdmin(ReadOnlyMixin, admin.ModelAdmin):
 
 
 @admin.register(Attempt)
-class AttemptAdmin(ReadOnlyMixin, admin.ModelAdmin):
+class AttemptAdmin(LatencyMixin, LogMixin, admin.ModelAdmin):
     list_display = ["decision", *ATTEMPT_FIELDS]
     list_filter = ["outcome", "provider", "served", "decision__created_at"]
     search_fields = ["=decision__request_id"]

@@ -18,7 +18,7 @@ from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import Q
 
-from .types import ProviderConfig
+from .types import MOCK_PROVIDER_NAME, ProviderConfig
 from .validators import validate_api_key_env, validate_base_url
 
 __all__ = [
@@ -85,6 +85,15 @@ class Provider(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    @property
+    def effective_mode(self) -> str:
+        """``mock`` when this row answers offline: kind ``mock``, mode ``mock``, or the
+        reserved backstop name (always the mock adapter). Such a row has no upstream and
+        no circuit; the admin and ``llm_routing_check`` show this value."""
+        if self.kind == "mock" or self.mode == self.Mode.MOCK or self.name == MOCK_PROVIDER_NAME:
+            return self.Mode.MOCK.value
+        return self.Mode.LIVE.value
 
     @property
     def key_present(self) -> bool:
@@ -204,7 +213,7 @@ class ChainEntry(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.chain_id}#{self.position}: {self.provider_id}"
+        return f"{self.chain.name}: {self.provider.name} at position {self.position}"
 
 
 class RoutingRule(models.Model):
@@ -260,6 +269,10 @@ class RoutingDecision(models.Model):
     class Meta:
         ordering = ["-created_at"]
         get_latest_by = "created_at"
+        indexes = [
+            # The admin dashboard's window counts (requests, fallbacks), index-only.
+            models.Index(fields=["created_at", "fallback_used"], name="llmr_decision_window"),
+        ]
 
     def __str__(self) -> str:
         return str(self.request_id)
@@ -291,6 +304,19 @@ class Attempt(models.Model):
             models.UniqueConstraint(
                 fields=["decision", "index"], name="llm_routing_attempt_unique_index"
             )
+        ]
+        indexes = [
+            # The admin dashboard: a decision-id range, grouped by provider and outcome,
+            # with the latency for percentiles — all read from the index.
+            models.Index(
+                fields=["decision", "provider", "outcome", "latency_ms"],
+                name="llmr_attempt_dashboard",
+            ),
+            models.Index(
+                fields=["decision", "reason"],
+                condition=Q(outcome="skipped"),
+                name="llmr_attempt_skips",
+            ),
         ]
 
     def __str__(self) -> str:

@@ -30,6 +30,7 @@ from typing import Any
 from .access import denied_candidates
 from .conf import routing_settings
 from .errors import NetworkError, ProviderError, ResponseError
+from .explanation import CandidateExplanation, Explanation, missing_capability
 from .logging import known_key_values
 from .models import Chain, Provider, RoutingRule
 from .providers.base import BaseProvider, validate_structured
@@ -60,7 +61,16 @@ from .types import (
     StreamToolCallDelta,
 )
 
-__all__ = ["STREAM_MODES", "Plan", "resolve", "route", "route_stream"]
+__all__ = [
+    "STREAM_MODES",
+    "CandidateExplanation",
+    "Explanation",
+    "Plan",
+    "explain",
+    "resolve",
+    "route",
+    "route_stream",
+]
 
 logger = logging.getLogger("llm_routing.router")
 
@@ -503,6 +513,70 @@ def route(
     session = _Session(request, request_id=request_id, sleeper=sleeper)
     final, fallback_reason = session.run(session.call)
     return session.finish(final, fallback_reason, persist=persist)
+
+
+# --- explain (read-only) --------------------------------------------------------------
+
+
+def explain(request: AuditRequest) -> Explanation:
+    """What :func:`route` would do with ``request`` now, without calling any provider,
+    recording anything or touching circuit state (no half-open probe slot is claimed).
+
+    The same :func:`resolve` and :func:`_skip_reason` as the walk; the circuit is read
+    with :func:`breaker.peek` instead of claimed with :func:`breaker.allow`. What it
+    cannot foresee: a provider failing, and the budget running out after earlier
+    attempts (every verdict assumes a fresh budget).
+    """
+    plan = resolve(request)
+    rows = {p.name: p for p in Provider.objects.filter(name__in=plan.names)}
+    forced = plan.router_mode == "forced"
+    out: list[CandidateExplanation] = []
+    for position, (name, model) in enumerate(plan.candidates):
+        row = rows.get(name)
+        adapter = _adapter_for(name, model, row)
+        reason = (
+            "unknown_provider"
+            if forced and adapter is None
+            else _skip_reason(name, row, adapter, request, check_circuit=False)
+        )
+        shown_model = model or (adapter.config.model if adapter else (row.model if row else ""))
+        if adapter is None:
+            out.append(
+                CandidateExplanation(
+                    position, name, shown_model, "skip", reason or "unknown_provider"
+                )
+            )
+            continue
+        config = adapter.config
+        look = breaker.peek(config)
+        if reason is None and not forced and not look.allowed:
+            reason = "circuit_open"  # the walk's last check, read without claiming
+        circuit = look.circuit
+        out.append(
+            CandidateExplanation(
+                position=position,
+                provider=name,
+                model=shown_model,
+                verdict="skip" if reason else "try",
+                reason=reason,
+                missing_capability=(
+                    missing_capability(adapter, request) if reason == "unsupported" else None
+                ),
+                circuit=look.phase if look.tracked else "n/a",
+                open_until=circuit.open_until if circuit and look.phase != breaker.CLOSED else None,
+                probe=look.probe and reason is None,
+                timeout_s=float(config.timeout_s),
+                first_token_timeout_s=float(config.first_token_timeout_s),
+                max_retries=0 if look.probe else int(config.max_retries),
+                backstop=name == MOCK_PROVIDER_NAME and position == len(plan.candidates) - 1,
+            )
+        )
+    return Explanation(
+        plan=plan,
+        candidates=tuple(out),
+        deadline_s=float(routing_settings.REQUEST_DEADLINE_S),
+        max_attempts=int(routing_settings.MAX_ATTEMPTS),
+    )
 
 
 # --- streaming ----------------------------------------------------------------------

@@ -1,8 +1,10 @@
 from __future__ import annotations
 
 from django.urls import path
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from drf_spectacular.views import SpectacularAPIView
 
+from .docs_views import SwaggerAssetView, SwaggerDocsView
+from .explain_views import ExplainView
 from .job_views import AuditJobView
 from .openai_compat import ChatCompletionsView, ModelsView
 from .views import AuditView, HealthView
@@ -11,14 +13,12 @@ app_name = "llm_routing"
 
 urlpatterns = [
     path("audit/", AuditView.as_view(), name="audit"),
+    path("audit/explain/", ExplainView.as_view(), name="audit-explain"),
     path("audit/jobs/<str:job_id>/", AuditJobView.as_view(), name="audit-job"),
     path("health/", HealthView.as_view(), name="health"),
     path("v1/chat/completions", ChatCompletionsView.as_view(), name="chat-completions"),
     path("v1/models", ModelsView.as_view(), name="models"),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
-    path(
-        "api/docs/",
-        SpectacularSwaggerView.as_view(url_name="llm_routing:schema"),
-        name="docs",
-    ),
+    path("api/docs/", SwaggerDocsView.as_view(), name="docs"),
+    path("api/docs/assets/<str:filename>", SwaggerAssetView.as_view(), name="docs-asset"),
 ]

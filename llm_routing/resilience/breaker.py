@@ -64,6 +64,7 @@ __all__ = [
     "SUCCESS_WRITE_INTERVAL_S",
     "Circuit",
     "CircuitStore",
+    "Peek",
     "Policy",
     "allow",
     "counts",
@@ -71,6 +72,7 @@ __all__ = [
     "observe",
     "on_failure",
     "on_success",
+    "peek",
     "store",
 ]
 
@@ -192,6 +194,17 @@ class Circuit:
             "last_error_category": self.last_error_category,
             "last_http_status": self.last_http_status,
         }
+
+
+@dataclass(frozen=True, slots=True)
+class Peek:
+    """A read-only look at one circuit (:meth:`CircuitStore.peek`)."""
+
+    tracked: bool  # False for the mock: no upstream, no circuit
+    phase: str  # closed | open | half_open
+    allowed: bool  # what allow() would answer now
+    probe: bool  # the call would be the half-open probe (the slot is free)
+    circuit: Circuit | None
 
 
 _NUMBER = (int, float)
@@ -456,6 +469,19 @@ class CircuitStore:
         self._cache_call("delete", key + ":probe")
         logger.warning("Circuit %s/%s reset by an operator.", provider, model)
 
+    def force_open(self, provider: str, model: str, seconds: float) -> Circuit:
+        """Open the circuit for ``seconds`` from now (admin breaker board): the router
+        skips it (``circuit_open``) until then, then one probe decides. The failure
+        streak and cooldown step are kept."""
+        now = self.clock()
+        before = self.load(provider, model)
+        after = replace(before, state=OPEN, opened_at=now, open_until=now + float(seconds))
+        self.save(after)
+        logger.warning(
+            "Circuit %s/%s forced open for %.0fs by an operator.", provider, model, seconds
+        )
+        return after
+
     # -- the router's two calls -------------------------------------------------------------
     def allow(self, config: ProviderConfig) -> bool:
         """Whether a call to this (provider, model) may start now. In half-open it
@@ -482,6 +508,20 @@ class CircuitStore:
 
     def is_probe(self, config: ProviderConfig) -> bool:
         return _key(config.name, config.model) in _probing.get()
+
+    def peek(self, config: ProviderConfig) -> Peek:
+        """What :meth:`allow` would answer now, read-only: no probe slot is claimed, no
+        record written, no claim of this context touched (explain-route, the admin)."""
+        if not _tracked(config):
+            return Peek(tracked=False, phase=CLOSED, allowed=True, probe=False, circuit=None)
+        circuit = self.load(config.name, config.model)
+        phase = circuit.phase(self.clock())
+        if phase == CLOSED:
+            return Peek(tracked=True, phase=phase, allowed=True, probe=False, circuit=circuit)
+        if phase == OPEN:
+            return Peek(tracked=True, phase=phase, allowed=False, probe=False, circuit=circuit)
+        free = self._cache_call("get", _key(config.name, config.model) + ":probe") is None
+        return Peek(tracked=True, phase=phase, allowed=free, probe=free, circuit=circuit)
 
     def observe(self, config: ProviderConfig, result: ProviderResult) -> None:
         """Feed one finished call (after retries) into the circuit and its health."""
@@ -568,6 +608,11 @@ store = CircuitStore()
 def allow(config: ProviderConfig) -> bool:
     """Whether a call to this (provider, model) may start now (see :class:`CircuitStore`)."""
     return store.allow(config)
+
+
+def peek(config: ProviderConfig) -> Peek:
+    """What :func:`allow` would answer now, without claiming or writing anything."""
+    return store.peek(config)
 
 
 def is_probe(config: ProviderConfig) -> bool:

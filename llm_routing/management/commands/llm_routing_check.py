@@ -36,7 +36,7 @@ def circuit_states(providers: list[Provider]) -> dict[str, str]:
         return {p.name: "unknown" for p in providers}
     out: dict[str, str] = {}
     for p in providers:
-        if p.kind == "mock" or p.mode == "mock":
+        if p.effective_mode == "mock":
             out[p.name] = "n/a"  # answered offline: no upstream, no circuit
             continue
         own, *overrides = circuits.get(p.name) or [None]
@@ -71,9 +71,9 @@ class Command(BaseCommand):
                     "kind": p.kind + ("" if is_known_kind(p.kind) else " (unknown)"),
                     "model": p.model,
                     "enabled": p.enabled,
-                    "mode": p.mode,
+                    "mode": p.effective_mode,
                     "api_key_env": p.api_key_env,
-                    "key_required": requires_key(p.kind) and p.mode != "mock",
+                    "key_required": requires_key(p.kind) and p.effective_mode != "mock",
                     "key_present": p.key_present,
                     "circuit": states[p.name],
                 }

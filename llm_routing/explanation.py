@@ -1,0 +1,94 @@
+"""The shape of an explain-route answer (:func:`llm_routing.router.explain`): what the
+walk would do with each candidate, were the request sent now. Data only."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .providers.base import BaseProvider
+    from .router import Plan
+    from .types import AuditRequest
+
+__all__ = ["CandidateExplanation", "Explanation", "missing_capability"]
+
+
+@dataclass(frozen=True)
+class CandidateExplanation:
+    """What the walk would do with one candidate, were the request sent now."""
+
+    position: int
+    provider: str
+    model: str
+    verdict: str  # "try" | "skip"
+    reason: str | None = None  # the skip reason the walk would record
+    missing_capability: str | None = None  # for "unsupported"
+    circuit: str = "n/a"  # closed | open | half_open | n/a (the mock)
+    open_until: float | None = None  # epoch seconds, while open
+    probe: bool = False  # the call would be the half-open probe
+    timeout_s: float | None = None
+    first_token_timeout_s: float | None = None
+    max_retries: int | None = None
+    backstop: bool = False
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "position": self.position,
+            "provider": self.provider,
+            "model": self.model,
+            "verdict": self.verdict,
+            "reason": self.reason,
+            "missing_capability": self.missing_capability,
+            "circuit": self.circuit,
+            "open_until": _iso_time(self.open_until),
+            "probe": self.probe,
+            "timeout_s": self.timeout_s,
+            "first_token_timeout_s": self.first_token_timeout_s,
+            "max_retries": self.max_retries,
+            "backstop": self.backstop,
+        }
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """:func:`explain`'s answer: the plan and each candidate's verdict, in order."""
+
+    plan: Plan
+    candidates: tuple[CandidateExplanation, ...]
+    deadline_s: float
+    max_attempts: int
+
+    @property
+    def first_try(self) -> CandidateExplanation | None:
+        return next((c for c in self.candidates if c.verdict == "try"), None)
+
+    def to_dict(self) -> dict[str, object]:
+        first = self.first_try
+        return {
+            "router_mode": self.plan.router_mode,
+            "rule": self.plan.rule,
+            "chain_name": self.plan.chain_name,
+            "requested_provider": self.plan.requested_provider,
+            "configured": self.plan.configured,
+            "stream_mode": self.plan.stream_mode,
+            "would_serve_first": first.provider if first else None,
+            "budget": {"deadline_s": self.deadline_s, "max_attempts": self.max_attempts},
+            "candidates": [c.to_dict() for c in self.candidates],
+        }
+
+
+def _iso_time(ts: float | None) -> str | None:
+    if ts is None:
+        return None
+    return datetime.fromtimestamp(ts, tz=UTC).isoformat().replace("+00:00", "Z")
+
+
+def missing_capability(adapter: BaseProvider, request: AuditRequest) -> str | None:
+    """The capability behind an ``unsupported`` skip, named for people."""
+    if request.response_schema is not None and not adapter.supports("structured_output"):
+        return "structured_output"
+    if request.stream and not adapter.supports("streaming"):
+        return "streaming"
+    return None
