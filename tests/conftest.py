@@ -252,3 +252,9 @@ __all__ = [
     "make_chain",
     "make_provider",
 ]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Browser tests run last: Playwright's sync API leaves an event loop running in the
+    main thread for the rest of the session (see tests/test_browser.py)."""
+    items.sort(key=lambda item: item.get_closest_marker("browser") is not None)

@@ -18,6 +18,7 @@ pytestmark = pytest.mark.django_db
 ENDPOINTS = {
     ("post", "/audit/"),
     ("get", "/audit/jobs/{job_id}/"),
+    ("get", "/audit/explain/"),
     ("get", "/health/"),
     ("post", "/v1/chat/completions"),
     ("get", "/v1/models"),

@@ -41,11 +41,16 @@ CHROMIUM_ARGS = [
 ]
 SCREENSHOTS = Path(os.environ.get("LLMR_SCREENSHOTS") or "artifacts/screenshots")
 
-# Playwright's sync API keeps an asyncio loop marked running in the main thread from
-# the first browser test to the end of the session, and Django then refuses every ORM
-# call of that thread (this module's and any later test's), although all of them are
-# plain synchronous code. This is the switch Django documents for exactly that case.
-os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+
+@pytest.fixture(autouse=True)
+def _allow_sync_orm_beside_playwright(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Playwright's sync API keeps an asyncio loop marked running in the main thread
+    from the first browser test to the end of the session, and Django then refuses every
+    ORM call of that thread, although all of them are plain synchronous code. This is the
+    switch Django documents for exactly that case — set only while a browser test runs,
+    and tests/conftest.py runs the browser tests last, so no other test ever runs with
+    it (an async-unsafe call elsewhere still fails as it should)."""
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
 
 
 @pytest.fixture(scope="session")

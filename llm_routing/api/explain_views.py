@@ -7,13 +7,14 @@ import json
 from typing import Any
 
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from ..router import explain
 from ..types import AuditRequest
+from .schema_docs import EXPLAIN, documented
 from .serializers import SLUG_RE, AuditRequestSerializer, StrictRegexField
 from .views import RoutingAPIView
 
@@ -82,21 +83,7 @@ _PARAMS = [
 class ExplainView(RoutingAPIView):
     """Same authentication, permissions and throttles as ``POST /audit/``."""
 
-    @extend_schema(
-        parameters=_PARAMS,
-        responses={
-            200: OpenApiResponse(
-                description="The matched rule, the chain, and each candidate in order with "
-                "verdict try/skip, the skip reason (disabled, missing_key, circuit_open with "
-                "open_until, unsupported with missing_capability, …), effective timeouts, "
-                "retries and the request budget."
-            ),
-            400: OpenApiResponse(description="Invalid query parameter: DRF field errors."),
-            401: OpenApiResponse(description="Not authenticated."),
-            429: OpenApiResponse(description="Throttled."),
-        },
-        summary="Explain how a request would be routed, without sending it",
-    )
+    @extend_schema(parameters=_PARAMS, **documented(EXPLAIN))
     def get(self, request: Request) -> Response:
         query = ExplainQuerySerializer(data=request.query_params.dict())
         query.is_valid(raise_exception=True)

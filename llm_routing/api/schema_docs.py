@@ -13,7 +13,15 @@ from typing import Any
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiExample, OpenApiResponse
 
-__all__ = ["AUDIT", "AUDIT_JOB", "CHAT_COMPLETIONS", "HEALTH", "MODELS", "documented"]
+__all__ = [
+    "AUDIT",
+    "AUDIT_JOB",
+    "CHAT_COMPLETIONS",
+    "EXPLAIN",
+    "HEALTH",
+    "MODELS",
+    "documented",
+]
 
 REQUEST_ID = "6f1c2d7e-8a9b-4c3d-9e8f-0a1b2c3d4e5f"
 
@@ -732,5 +740,94 @@ before you configure a client.
             _openai_error(THROTTLED["detail"], "rate_limit_error", "throttled"),
             "Over the per-user rate",
         ),
+    ],
+}
+
+
+# --- GET /audit/explain/ ------------------------------------------------------------------
+
+
+def _candidate(position: int, provider: str, model: str, **fields: Any) -> dict[str, Any]:
+    return {
+        "position": position,
+        "provider": provider,
+        "model": model,
+        "verdict": fields.get("verdict", "try"),
+        "reason": fields.get("reason"),
+        "missing_capability": fields.get("missing_capability"),
+        "circuit": fields.get("circuit", "closed"),
+        "open_until": fields.get("open_until"),
+        "probe": False,
+        "timeout_s": 30.0,
+        "first_token_timeout_s": 10.0,
+        "max_retries": fields.get("max_retries", 2),
+        "backstop": fields.get("backstop", False),
+    }
+
+
+EXPLAIN: dict[str, Any] = {
+    "summary": "Explain how a request would be routed, without sending it",
+    "description": """\
+Shows what `POST /audit/` would do with a request right now — the rule that matches,
+the chain, and every candidate in order with its verdict (`try`, or `skip` with the
+reason the walk would record: `unknown_provider`, `disabled`, `missing_key`,
+`unsupported` with the missing capability, `circuit_open` with when it reopens), each
+candidate's effective timeouts and retries, and the request's budget.
+
+Nothing is sent: no provider is called, nothing is recorded, no circuit changes (a
+half-open circuit's probe slot stays free for the next real request). Use it to check a
+new chain or rule before traffic reaches it, or to see why requests fall back. The
+query takes `task` (required), `route`, `provider`, `force_provider`, `chain`,
+`stream=true` and `schema` (a JSON Schema as JSON text). It cannot foresee a provider
+failing at call time. Same authentication, permissions and throttles as `/audit/`.
+""",
+    "responses": {
+        200: OpenApiResponse(
+            response=OpenApiTypes.OBJECT,
+            description="The plan and each candidate's verdict, in order.",
+        ),
+        400: OpenApiResponse(
+            response=OpenApiTypes.OBJECT, description="Invalid query: errors keyed by field."
+        ),
+        401: OpenApiResponse(response=OpenApiTypes.OBJECT, description="Not authenticated."),
+        429: OpenApiResponse(response=OpenApiTypes.OBJECT, description="Throttled."),
+    },
+    "examples": [
+        _response(
+            "Primary circuit open",
+            "200",
+            {
+                "router_mode": "default",
+                "rule": None,
+                "chain_name": "default",
+                "requested_provider": None,
+                "configured": True,
+                "stream_mode": "direct",
+                "would_serve_first": "anthropic",
+                "budget": {"deadline_s": 60.0, "max_attempts": 4},
+                "candidates": [
+                    _candidate(
+                        0,
+                        "openai-main",
+                        "gpt-4o-mini",
+                        verdict="skip",
+                        reason="circuit_open",
+                        circuit="open",
+                        open_until="2026-12-03T09:00:30Z",
+                    ),
+                    _candidate(1, "anthropic", "claude-3-5-haiku-latest"),
+                    _candidate(2, "mock", "mock-1", circuit="n/a", max_retries=0, backstop=True),
+                ],
+            },
+            "`openai-main` would be skipped until `open_until`; `anthropic` would serve",
+        ),
+        _response(
+            "Bad query",
+            "400",
+            {"task": ["This field is required."]},
+            "`task` is missing",
+        ),
+        _response("Not authenticated", "401", UNAUTHENTICATED, "No or an invalid token"),
+        _response("Throttled", "429", THROTTLED, "Over the per-user rate"),
     ],
 }
