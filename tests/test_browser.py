@@ -42,15 +42,16 @@ CHROMIUM_ARGS = [
 SCREENSHOTS = Path(os.environ.get("LLMR_SCREENSHOTS") or "artifacts/screenshots")
 
 
-@pytest.fixture(autouse=True)
-def _allow_sync_orm_beside_playwright(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.fixture(autouse=True, scope="module")
+def _allow_sync_orm_beside_playwright() -> None:
     """Playwright's sync API keeps an asyncio loop marked running in the main thread
     from the first browser test to the end of the session, and Django then refuses every
-    ORM call of that thread, although all of them are plain synchronous code. This is the
-    switch Django documents for exactly that case — set only while a browser test runs,
-    and tests/conftest.py runs the browser tests last, so no other test ever runs with
-    it (an async-unsafe call elsewhere still fails as it should)."""
-    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+    ORM call of that thread (test setup and teardown included), although all of them are
+    plain synchronous code. This is the switch Django documents for exactly that case.
+    It is set from the first browser test on — left set, since the loop outlives this
+    module — and tests/conftest.py runs the browser tests last, so every other test runs
+    without it (an async-unsafe call elsewhere still fails as it should)."""
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
 
 
 @pytest.fixture(scope="session")
