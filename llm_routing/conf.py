@@ -45,6 +45,10 @@ DEFAULTS: dict[str, Any] = {
     "ROUTES": {},
     # Model name reported by the built-in mock backstop.
     "MOCK_MODEL": "mock-1",
+    # Largest structured answer the mock generates from a response schema (bytes of
+    # JSON) and deepest it descends; a schema past either bound is refused with 400.
+    "MOCK_MAX_OUTPUT_BYTES": 262_144,
+    "MOCK_MAX_DEPTH": 16,
     # Extra adapter kinds: {"kind": "dotted.path.AdapterClass"}.
     "PROVIDER_KINDS": {},
     # Environment variable names that may never be used as api_key_env (added to the

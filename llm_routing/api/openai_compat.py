@@ -28,6 +28,7 @@ from rest_framework.response import Response
 from ..conf import routing_settings
 from ..models import Chain, Provider, RoutingRule
 from ..router import route_stream
+from ..schemas import SchemaRefused, check_schema
 from ..service import execute
 from ..types import (
     AuditRequest,
@@ -78,6 +79,10 @@ class ResponseFormatSerializer(serializers.Serializer):
                 raise serializers.ValidationError(
                     {"json_schema": ["json_schema.schema must be a JSON Schema object."]}
                 )
+            try:
+                check_schema(spec["schema"])  # no I/O; bounded mock answer; RE2 patterns
+            except SchemaRefused as exc:
+                raise serializers.ValidationError({"json_schema": {"schema": [str(exc)]}}) from None
         return attrs
 
 
