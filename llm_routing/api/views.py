@@ -123,7 +123,15 @@ class ProviderHealthSerializer(serializers.Serializer):
 
 
 class HealthResponseSerializer(serializers.Serializer):
-    status = serializers.CharField()
+    status = serializers.ChoiceField(
+        choices=["ok", "degraded"],
+        help_text='"degraded" while the circuit cache is unreachable (see "cache").',
+    )
+    cache = serializers.ChoiceField(
+        choices=["ok", "degraded"],
+        help_text='"degraded": the circuit cache failed; circuits are process-local and '
+        "throttles fail open until it answers again.",
+    )
     providers = ProviderHealthSerializer(many=True)
 
 
@@ -148,4 +156,5 @@ class HealthView(RoutingAPIView):
                     "overrides": health[1:],
                 }
             )
-        return Response({"status": "ok", "providers": providers})
+        cache = "degraded" if breaker.store.degraded else "ok"
+        return Response({"status": cache, "cache": cache, "providers": providers})
