@@ -22,15 +22,19 @@ database connection for them.
 
 from __future__ import annotations
 
+import inspect
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.core import checks
 from django.core.exceptions import ImproperlyConfigured, ValidationError
 from django.db import DatabaseError, connections, router
 
 from .conf import DEFAULTS, routing_settings
+
+if TYPE_CHECKING:
+    from .types import ProviderConfig
 
 __all__ = [
     "MESSAGES",
@@ -189,7 +193,7 @@ def _provider_messages(provider: Any) -> list[checks.CheckMessage]:
         return [_message(checks.Error, "E004", name=provider.name, detail=detail)]
     if not provider.enabled or provider.mode == "mock":
         return []
-    if not requires_key(provider.kind) or provider.key_present:
+    if not requires_key(provider.kind, provider.to_config()) or provider.key_present:
         return []
     if provider.api_key_env:
         problem = f"its key variable {provider.api_key_env} is unset or empty"
@@ -198,14 +202,26 @@ def _provider_messages(provider: Any) -> list[checks.CheckMessage]:
     return [_message(checks.Warning, "W001", name=provider.name, problem=problem)]
 
 
-def requires_key(kind: str) -> bool:
-    """Whether the adapter of ``kind`` needs a key (True when it cannot be imported)."""
+def requires_key(kind: str, config: ProviderConfig | None = None) -> bool:
+    """Whether the adapter of ``kind`` needs a key (True when it cannot be imported).
+
+    An adapter may decide per row (``openai_compatible`` needs a key only when the row
+    names a variable): with *config*, the answer is the adapter instance's, as the
+    router sees it.
+    """
     from .providers.registry import get_adapter_class
 
     try:
-        return bool(get_adapter_class(kind).requires_key)
+        cls = get_adapter_class(kind)
     except ImproperlyConfigured:
         return True  # the BaseProvider default; import errors surface on use
+    if config is not None:
+        try:
+            return bool(cls(config).requires_key)
+        except Exception:  # an adapter that cannot be built: its errors surface on use
+            return True
+    flag = inspect.getattr_static(cls, "requires_key", True)
+    return flag if isinstance(flag, bool) else True
 
 
 @checks.register(checks.Tags.security)

@@ -29,6 +29,7 @@ from .conf import routing_settings
 from .errors import NetworkError, ProviderError, ResponseError
 from .models import Chain, Provider, RoutingRule
 from .providers.base import BaseProvider
+from .providers.mock import MockProvider
 from .providers.registry import get_adapter, is_known_kind
 from .recorder import record
 from .resilience import breaker
@@ -211,6 +212,10 @@ def _adapter_for(name: str, model: str, row: Provider | None) -> BaseProvider | 
         return get_adapter(config)
     except Exception:  # an import error in a custom adapter must not crash routing
         logger.exception("Cannot build adapter for provider %s", name)
+        if name == MOCK_PROVIDER_NAME:
+            # The backstop always answers: the built-in mock stands in for a "mock"
+            # kind override that cannot be imported.
+            return MockProvider(config)
         return None
 
 
@@ -358,13 +363,13 @@ class _Session:
             row = self.rows.get(name)
             adapter = _adapter_for(name, model, row)
             reason = _skip_reason(name, row, adapter, self.request, self.budget)
-            if reason is not None:
+            if reason is not None or adapter is None:
+                reason = reason or "unknown_provider"
                 shown_model = model or (row.model if row else "")
                 walk.add(provider=name, model=shown_model, outcome="skipped", reason=reason)
                 first_reason = first_reason or reason
                 send(on_provider_fallback, request_id=walk.request_id, provider=name, reason=reason)
                 continue
-            assert adapter is not None  # _skip_reason returns a reason when it is None
             is_backstop = name == MOCK_PROVIDER_NAME and position == len(plan.candidates) - 1
             result = attempt(adapter)
             if result.ok:

@@ -106,6 +106,15 @@ class AuditRequestSerializer(serializers.Serializer):
                 )
         return super().to_internal_value(data)
 
+    def validate_task(self, value: str) -> str:
+        # MAX_TASK_CHARS may lower the limit; 64 (the field's max_length) is the column.
+        limit = min(int(routing_settings.MAX_TASK_CHARS), 64)
+        if len(value) > limit:
+            raise serializers.ValidationError(
+                f"Ensure this field has no more than {limit} characters."
+            )
+        return value
+
     def validate_instructions(self, value: str) -> str:
         limit = int(routing_settings.MAX_INSTRUCTIONS_CHARS)
         if len(value) > limit:

@@ -73,7 +73,7 @@ class Command(BaseCommand):
                     "enabled": p.enabled,
                     "mode": p.mode,
                     "api_key_env": p.api_key_env,
-                    "key_required": requires_key(p.kind) and p.mode != "mock",
+                    "key_required": requires_key(p.kind, p.to_config()) and p.mode != "mock",
                     "key_present": p.key_present,
                     "circuit": states[p.name],
                 }
