@@ -142,6 +142,8 @@ LLM_ROUTING = {
 # --- Celery: async audit jobs and retention (issue 6) --------------------------------
 # No broker configured → tasks run eagerly in the web process (the embedded mode).
 CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default="")
+# The DEBUG 500 page masks URL passwords (broker, cache, database URLs) and DSNs.
+DEFAULT_EXCEPTION_REPORTER_FILTER = "project.reporting.CredentialSafeReporterFilter"
 CELERY_TASK_ALWAYS_EAGER = not CELERY_BROKER_URL
 CELERY_TASK_DEFAULT_QUEUE = env.str("CELERY_TASK_DEFAULT_QUEUE", default="llm_routing")
 CELERY_TASK_ACKS_LATE = True  # acknowledge after the task ran …
