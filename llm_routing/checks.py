@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -111,6 +112,9 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
     for key in ("ROUTES", "PROVIDER_KINDS", "API_THROTTLE_RATES"):
         if key in user and not isinstance(user[key], dict):
             errors.append(_message(checks.Error, "E002", detail=f"{key} must be a dict"))
+    spool_dir = user.get("SPOOL_DIR")
+    if spool_dir is not None and not isinstance(spool_dir, str | os.PathLike):
+        errors.append(_message(checks.Error, "E002", detail="SPOOL_DIR must be a path or None"))
     for key, default in DEFAULTS.items():
         if (
             key in user

@@ -103,6 +103,10 @@ DEFAULTS: dict[str, Any] = {
     ],
     # DRF rate strings ("120/min"); None disables that throttle.
     "API_THROTTLE_RATES": {"user": "120/min", "anon": "10/min"},
+    # --- decision spool (issue 11) --------------------------------------------------------
+    # Directory where routing decisions the database refused are appended as JSON lines
+    # (manage.py llm_routing_spool_flush writes them later). None: not kept, only logged.
+    "SPOOL_DIR": None,
     # --- retention --------------------------------------------------------------------
     "RETENTION_DAYS": 30,
     # --- jobs and retention (issue 6) ---------------------------------------------------

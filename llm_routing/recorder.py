@@ -15,17 +15,28 @@ reports whatever model name it likes. A value that is too long is cut and ends w
 
 from __future__ import annotations
 
+import json
 import logging
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db import models, transaction
+from django.db import DatabaseError, models, transaction
 from django.utils import timezone
 
+from . import spool
 from .models import Attempt, RoutingDecision
 from .types import AuditRequest, RoutingResult
 
-__all__ = ["decision_rows", "fit", "record", "write_rows"]
+__all__ = [
+    "FlushReport",
+    "decision_rows",
+    "fit",
+    "flush_spool",
+    "record",
+    "record_or_spool",
+    "write_rows",
+]
 
 logger = logging.getLogger("llm_routing.recorder")
 
@@ -111,3 +122,93 @@ def write_rows(rows: dict[str, Any], *, keep_created_at: bool = False) -> Routin
 
 def record(request: AuditRequest, routed: RoutingResult) -> RoutingDecision:
     return write_rows(decision_rows(request, routed))
+
+
+def record_or_spool(request: AuditRequest, routed: RoutingResult) -> None:
+    """Record the decision; when the database refuses, spool it (``SPOOL_DIR``).
+
+    Never raises: the caller has an answer to give whatever happens here.
+    """
+    rows = decision_rows(request, routed)
+    try:
+        write_rows(rows)
+        return
+    except Exception as exc:
+        # The exception's text may quote the statement: its type only.
+        problem = type(exc).__name__
+    try:
+        where = spool.append(rows)
+    except Exception:
+        logger.exception("Could not spool routing decision %s either", routed.request_id)
+        return
+    if where is None:
+        logger.error(
+            "Could not record routing decision %s (%s); it is lost (set "
+            'LLM_ROUTING["SPOOL_DIR"] to keep such decisions).',
+            routed.request_id,
+            problem,
+        )
+    else:
+        logger.warning(
+            "Could not record routing decision %s (%s); spooled to %s "
+            "(manage.py llm_routing_spool_flush writes it).",
+            routed.request_id,
+            problem,
+            where,
+        )
+
+
+@dataclass(frozen=True)
+class FlushReport:
+    written: int = 0
+    already_recorded: int = 0
+    rejected: int = 0
+    left: int = 0  # lines still spooled because the database failed mid-flush
+
+    def to_dict(self) -> dict[str, int]:
+        return {
+            "written": self.written,
+            "already_recorded": self.already_recorded,
+            "rejected": self.rejected,
+            "left": self.left,
+        }
+
+
+def flush_spool() -> FlushReport:
+    """Write every spooled decision not yet in the database (idempotent: ``request_id``
+    is unique). A line that can never be written (malformed) moves to ``rejected.jsonl``;
+    a database error stops the flush and leaves the file for the next one."""
+    written = already = rejected = left = 0
+    for path in spool.claim():
+        pending = list(spool.lines(path))
+        for position, (_, text) in enumerate(pending):
+            try:
+                rows = json.loads(text)
+                request_id = rows["decision"]["request_id"]
+                if RoutingDecision.objects.filter(request_id=request_id).exists():
+                    already += 1
+                    continue
+                write_rows(rows, keep_created_at=True)
+                written += 1
+            except DatabaseError as exc:
+                left += len(pending) - position
+                logger.warning(
+                    "Spool flush stopped (%s); %d decision(s) left in %s",
+                    type(exc).__name__,
+                    len(pending) - position,
+                    path.name,
+                )
+                return FlushReport(written, already, rejected, left)
+            except (ValueError, KeyError, TypeError) as exc:
+                rejected += 1
+                logger.error("Spooled line rejected (%s); kept in %s", exc, spool.REJECTED)
+                _reject(text)
+        path.unlink()
+    return FlushReport(written, already, rejected, left)
+
+
+def _reject(text: str) -> None:
+    directory = spool.spool_dir()
+    if directory is not None:
+        with (directory / spool.REJECTED).open("a", encoding="ascii", errors="replace") as f:
+            f.write(text if text.endswith("\n") else text + "\n")

@@ -31,7 +31,7 @@ from .models import Chain, Provider, RoutingRule
 from .providers.base import BaseProvider
 from .providers.mock import MockProvider
 from .providers.registry import get_adapter, is_known_kind
-from .recorder import record
+from .recorder import record_or_spool
 from .resilience import breaker
 from .resilience.budget import Budget
 from .resilience.retry import Invoke, call_with_retries
@@ -424,10 +424,7 @@ class _Session:
             total_latency_ms=(time.perf_counter() - self.started) * 1000,
         )
         if persist:
-            try:
-                record(self.request, routed)
-            except Exception:
-                logger.exception("Could not record routing decision %s", self.request_id)
+            record_or_spool(self.request, routed)  # never raises; spools on a DB error
         logger.info(
             "routed request_id=%s task=%s mode=%s selected=%s status=%s fallback=%s",
             self.request_id,
