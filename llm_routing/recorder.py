@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db import DatabaseError, models, transaction
+from django.db import DatabaseError, IntegrityError, models, transaction
 from django.utils import timezone
 
 from . import spool
@@ -190,6 +190,8 @@ def flush_spool() -> FlushReport:
                     continue
                 write_rows(rows, keep_created_at=True)
                 written += 1
+            except IntegrityError:
+                already += 1  # a concurrent flush (or the router) wrote it first
             except DatabaseError as exc:
                 left += len(pending) - position
                 logger.warning(
@@ -203,7 +205,7 @@ def flush_spool() -> FlushReport:
                 rejected += 1
                 logger.error("Spooled line rejected (%s); kept in %s", exc, spool.REJECTED)
                 _reject(text)
-        path.unlink()
+        path.unlink(missing_ok=True)  # a concurrent flush may have finished it first
     return FlushReport(written, already, rejected, left)
 
 

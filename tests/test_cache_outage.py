@@ -36,32 +36,46 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest.fixture
-def own_redis() -> Iterator[tuple[subprocess.Popen[bytes], str]]:
-    port = _free_port()
-    proc = subprocess.Popen(
-        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", ""],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"redis://127.0.0.1:{port}/0"
-    client = redis.Redis.from_url(url)
-    for _ in range(200):
+class OwnRedis:
+    """A throwaway redis-server on a free port, which the test may kill and restart."""
+
+    def __init__(self) -> None:
+        self.port = _free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", ""],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        client = redis.Redis.from_url(self.url)
         try:
-            client.ping()
-            break
-        except redis.ConnectionError:
-            time.sleep(0.02)
-    else:
-        proc.kill()
-        pytest.fail("the throwaway redis-server did not start")
+            for _ in range(250):
+                try:
+                    client.ping()
+                    return
+                except redis.ConnectionError:
+                    time.sleep(0.02)
+            pytest.fail("the throwaway redis-server did not start")
+        finally:
+            client.close()
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+
+
+@pytest.fixture
+def own_redis() -> Iterator[OwnRedis]:
+    server = OwnRedis()
+    server.start()
     try:
-        yield proc, url
+        yield server
     finally:
-        client.close()
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait(timeout=10)
+        server.kill()
 
 
 def _audit(api):
@@ -75,9 +89,10 @@ def _chat(api):
 
 
 def test_killed_redis_gives_no_5xx_anywhere(api, own_redis, monkeypatch, caplog):
-    proc, url = own_redis
+    url = own_redis.url
     monkeypatch.setattr(breaker, "store", CircuitStore())
     monkeypatch.setattr(throttles, "_next_log_at", 0.0, raising=False)
+    monkeypatch.setattr(throttles, "_retry_at", 0.0, raising=False)
     backend = "django.core.cache.backends.redis.RedisCache"
     caches = {"default": {"BACKEND": backend, "LOCATION": url, "KEY_PREFIX": "outage"}}
     limits = {"API_THROTTLE_RATES": {"user": "4/min", "anon": "4/min"}}
@@ -89,8 +104,7 @@ def test_killed_redis_gives_no_5xx_anywhere(api, own_redis, monkeypatch, caplog)
         assert health.json()["cache"] == "ok" and health.json()["status"] == "ok"
         assert _chat(api).status_code == 429
 
-        proc.kill()
-        proc.wait(timeout=10)
+        own_redis.kill()
 
         caplog.set_level(logging.WARNING, logger="llm_routing")
         answered = []
@@ -106,6 +120,15 @@ def test_killed_redis_gives_no_5xx_anywhere(api, own_redis, monkeypatch, caplog)
         ]
         assert len(throttle_warnings) == 1
         assert url not in caplog.text
+
+        # The cache is back (an empty one): once the retry intervals have passed,
+        # throttling resumes and /health/ is ok again.
+        own_redis.start()
+        monkeypatch.setattr(throttles, "_retry_at", 0.0)
+        monkeypatch.setattr(breaker.store, "_retry_at", 0.0)
+        health = api.get("/health/").json()  # the 1st of 4 requests allowed this minute
+        assert health["status"] == "ok" and health["cache"] == "ok"
+        assert [_audit(api).status_code for _ in range(4)] == [200, 200, 200, 429]
 
 
 def test_throttle_fails_open_only_on_cache_errors(api, monkeypatch):

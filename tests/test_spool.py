@@ -141,3 +141,36 @@ def test_flush_task_runs_the_same_flush(settings, tmp_path: Path):
         "rejected": 0,
         "left": 0,
     }
+
+
+def test_two_flushes_of_the_same_file_write_each_decision_once(api, settings, tmp_path):
+    # A concurrent flush may insert a line between this flush's check and its insert:
+    # the unique request_id turns that into "already recorded", not a stopped flush.
+    settings.LLM_ROUTING = {"SPOOL_DIR": str(tmp_path)}
+    request_id = _audit(api).json()["request_id"]
+    decision = RoutingDecision.objects.get(request_id=request_id)
+    rows = {
+        "decision": {
+            "request_id": request_id,
+            "task": decision.task,
+            "router_mode": decision.router_mode,
+            "status": decision.status,
+            "mode": decision.mode,
+            "input_length": decision.input_length,
+            "input_sha256": decision.input_sha256,
+        },
+        "attempts": [],
+    }
+    (tmp_path / "decisions.jsonl").write_text(json.dumps(rows) + "\n")
+    exists = RoutingDecision.objects.filter
+    # Simulate the race: the existence check sees nothing, the insert hits the row.
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(
+            RoutingDecision.objects,
+            "filter",
+            lambda **kw: exists(request_id="00000000-0000-4000-8000-000000000000"),
+        )
+        report = flush_spool()
+    assert (report.written, report.already_recorded, report.left) == (0, 1, 0)
+    assert RoutingDecision.objects.filter(request_id=request_id).count() == 1
+    assert not list(tmp_path.glob("decisions*"))
