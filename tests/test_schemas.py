@@ -257,3 +257,23 @@ def test_unevaluated_properties_with_pattern_properties_is_refused():
         check_schema(
             {"patternProperties": {"^a": {}}, "unevaluatedProperties": False, "type": "object"}
         )
+
+
+def test_live_provider_answer_with_a_remote_ref_schema_fetches_nothing(
+    upstream_chain, key_env, counting
+):
+    # The router's own path (sync and streamed), below the HTTP API's 400: a live
+    # structured provider answers, the answer is validated, and nothing is fetched.
+    from llm_routing.router import route, route_stream
+    from llm_routing.types import AuditRequest, StreamFailure, StreamResult
+
+    upstream_chain(("oa", "openai", {"max_retries": 0}))
+    schema = {"$ref": counting.url}
+    routed = route(AuditRequest(task="t", input_text="hi", response_schema=schema))
+    attempt = routed.metadata.attempts[0]
+    assert (attempt.provider, attempt.error_category) == ("oa", "response")
+    events = list(
+        route_stream(AuditRequest(task="t", input_text="hi", response_schema=schema, stream=True))
+    )
+    assert isinstance(events[-1], StreamResult | StreamFailure)
+    assert counting.hits == 0
