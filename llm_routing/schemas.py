@@ -66,10 +66,16 @@ REGISTRY: Registry[Any] = Registry(retrieve=_retrieve_nothing)  # type: ignore[c
 # --- patterns: RE2, linear time ------------------------------------------------------
 
 
-@functools.lru_cache(maxsize=256)
+#: RE2's memory budget per compiled pattern (program + DFA cache); a pattern whose
+#: program does not fit is refused. With the cache size below, at most 128 MiB.
+_RE2_MAX_MEM = 2 * 1024 * 1024
+
+
+@functools.lru_cache(maxsize=64)
 def _compile(pattern: str) -> Any:
     options = re2.Options()
     options.log_errors = False
+    options.max_mem = _RE2_MAX_MEM
     return re2.compile(pattern, options)
 
 
@@ -228,10 +234,14 @@ def _check_ref(keyword: str, ref: str, resolver: Any) -> None:
 def _check_pattern(pattern: str) -> None:
     try:
         _compile(pattern)
-    except re2.error:
+    except re2.error as exc:
+        reason = exc.args[0] if exc.args else ""
+        if isinstance(reason, bytes):
+            reason = reason.decode("utf-8", "replace")
         raise SchemaRefused(
-            f"The pattern {pattern[:200]!r} is not supported: patterns run on RE2 "
-            "(linear time), which has no look-around or back-references."
+            f"The pattern {pattern[:200]!r} is not supported ({str(reason)[:200]}): patterns "
+            "run on RE2 (linear time), which has no look-around or back-references and "
+            "bounds a pattern's size."
         ) from None
 
 
