@@ -22,15 +22,20 @@ database connection for them.
 
 from __future__ import annotations
 
+import inspect
 import logging
+import os
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.core import checks
 from django.core.exceptions import ImproperlyConfigured, ValidationError
 from django.db import DatabaseError, connections, router
 
 from .conf import DEFAULTS, routing_settings
+
+if TYPE_CHECKING:
+    from .types import ProviderConfig
 
 __all__ = [
     "MESSAGES",
@@ -107,6 +112,9 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
     for key in ("ROUTES", "PROVIDER_KINDS", "API_THROTTLE_RATES"):
         if key in user and not isinstance(user[key], dict):
             errors.append(_message(checks.Error, "E002", detail=f"{key} must be a dict"))
+    spool_dir = user.get("SPOOL_DIR")
+    if spool_dir is not None and not isinstance(spool_dir, str | os.PathLike):
+        errors.append(_message(checks.Error, "E002", detail="SPOOL_DIR must be a path or None"))
     for key, default in DEFAULTS.items():
         if (
             key in user
@@ -189,7 +197,7 @@ def _provider_messages(provider: Any) -> list[checks.CheckMessage]:
         return [_message(checks.Error, "E004", name=provider.name, detail=detail)]
     if not provider.enabled or provider.mode == "mock":
         return []
-    if not requires_key(provider.kind) or provider.key_present:
+    if not requires_key(provider.kind, provider.to_config()) or provider.key_present:
         return []
     if provider.api_key_env:
         problem = f"its key variable {provider.api_key_env} is unset or empty"
@@ -198,14 +206,26 @@ def _provider_messages(provider: Any) -> list[checks.CheckMessage]:
     return [_message(checks.Warning, "W001", name=provider.name, problem=problem)]
 
 
-def requires_key(kind: str) -> bool:
-    """Whether the adapter of ``kind`` needs a key (True when it cannot be imported)."""
+def requires_key(kind: str, config: ProviderConfig | None = None) -> bool:
+    """Whether the adapter of ``kind`` needs a key (True when it cannot be imported).
+
+    An adapter may decide per row (``openai_compatible`` needs a key only when the row
+    names a variable): with *config*, the answer is the adapter instance's, as the
+    router sees it.
+    """
     from .providers.registry import get_adapter_class
 
     try:
-        return bool(get_adapter_class(kind).requires_key)
+        cls = get_adapter_class(kind)
     except ImproperlyConfigured:
         return True  # the BaseProvider default; import errors surface on use
+    if config is not None:
+        try:
+            return bool(cls(config).requires_key)
+        except Exception:  # an adapter that cannot be built: its errors surface on use
+            return True
+    flag = inspect.getattr_static(cls, "requires_key", True)
+    return flag if isinstance(flag, bool) else True
 
 
 @checks.register(checks.Tags.security)

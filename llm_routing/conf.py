@@ -51,6 +51,10 @@ DEFAULTS: dict[str, Any] = {
     "ROUTES": {},
     # Model name reported by the built-in mock backstop.
     "MOCK_MODEL": "mock-1",
+    # Largest structured answer the mock generates from a response schema (bytes of
+    # JSON) and deepest it descends; a schema past either bound is refused with 400.
+    "MOCK_MAX_OUTPUT_BYTES": 262_144,
+    "MOCK_MAX_DEPTH": 16,
     # Extra adapter kinds: {"kind": "dotted.path.AdapterClass"}.
     "PROVIDER_KINDS": {},
     # Environment variable names that may never be used as api_key_env (added to the
@@ -105,6 +109,10 @@ DEFAULTS: dict[str, Any] = {
     ],
     # DRF rate strings ("120/min"); None disables that throttle.
     "API_THROTTLE_RATES": {"user": "120/min", "anon": "10/min"},
+    # --- decision spool (issue 11) --------------------------------------------------------
+    # Directory where routing decisions the database refused are appended as JSON lines
+    # (manage.py llm_routing_spool_flush writes them later). None: not kept, only logged.
+    "SPOOL_DIR": None,
     # --- retention --------------------------------------------------------------------
     "RETENTION_DAYS": 30,
     # --- jobs and retention (issue 6) ---------------------------------------------------

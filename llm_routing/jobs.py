@@ -218,6 +218,15 @@ def run_job(job_id: uuid.UUID | str) -> RunOutcome:
     except IntegrityError:
         logger.warning("audit job %s: decision already recorded; nothing written", job.pk)
         return RunOutcome("lost_claim")
+    except Exception:
+        # Any other recording error (a value the database refuses, a dropped connection):
+        # end the job rather than leave it running to be re-routed on every lease expiry.
+        logger.exception("audit job %s: the routing decision could not be recorded", job.pk)
+        try:
+            _fail(job.pk, token, "recording", "The routing decision could not be recorded.")
+        except Exception:
+            logger.exception("audit job %s: could not be marked failed either", job.pk)
+        return RunOutcome("failed")
     return RunOutcome("done")
 
 

@@ -34,8 +34,9 @@ from .explanation import CandidateExplanation, Explanation, missing_capability
 from .logging import known_key_values
 from .models import Chain, Provider, RoutingRule
 from .providers.base import BaseProvider, validate_structured
+from .providers.mock import MockProvider
 from .providers.registry import get_adapter, is_known_kind
-from .recorder import record
+from .recorder import record_or_spool
 from .resilience import breaker
 from .resilience.budget import Budget
 from .resilience.retry import Invoke, call_with_retries, deadline_caused
@@ -227,6 +228,10 @@ def _adapter_for(name: str, model: str, row: Provider | None) -> BaseProvider | 
         return get_adapter(config)
     except Exception:  # an import error in a custom adapter must not crash routing
         logger.exception("Cannot build adapter for provider %s", name)
+        if name == MOCK_PROVIDER_NAME:
+            # The backstop always answers: the built-in mock stands in for a "mock"
+            # kind override that cannot be imported.
+            return MockProvider(config)
         return None
 
 
@@ -424,13 +429,13 @@ class _Session:
                 if name in self.denied
                 else _skip_reason(name, row, adapter, self.request, self.budget)
             )
-            if reason is not None:
+            if reason is not None or adapter is None:
+                reason = reason or "unknown_provider"
                 shown_model = model or (row.model if row else "")
                 walk.add(provider=name, model=shown_model, outcome="skipped", reason=reason)
                 first_reason = first_reason or reason
                 send(on_provider_fallback, request_id=walk.request_id, provider=name, reason=reason)
                 continue
-            assert adapter is not None  # _skip_reason returns a reason when it is None
             is_backstop = name == MOCK_PROVIDER_NAME and position == len(plan.candidates) - 1
             result = attempt(adapter)
             if result.ok:
@@ -486,10 +491,7 @@ class _Session:
             total_latency_ms=(time.perf_counter() - self.started) * 1000,
         )
         if persist:
-            try:
-                record(self.request, routed)
-            except Exception:
-                logger.exception("Could not record routing decision %s", self.request_id)
+            record_or_spool(self.request, routed)  # never raises; spools on a DB error
         logger.info(
             "routed request_id=%s task=%s mode=%s selected=%s status=%s fallback=%s",
             self.request_id,

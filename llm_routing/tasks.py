@@ -1,5 +1,5 @@
-"""Celery tasks: thin wrappers over :mod:`llm_routing.jobs` and
-:mod:`llm_routing.retention`.
+"""Celery tasks: thin wrappers over :mod:`llm_routing.jobs`,
+:mod:`llm_routing.retention` and the decision spool (:mod:`llm_routing.recorder`).
 
 Importing this module needs Celery (the ``celery`` extra); nothing else in the app
 imports it except :func:`llm_routing.jobs.enqueue`, and only when Celery is installed.
@@ -14,9 +14,9 @@ from typing import Any
 
 from celery import shared_task
 
-from . import jobs, retention
+from . import jobs, recorder, retention
 
-__all__ = ["purge_routing_logs", "requeue_stale_jobs", "run_audit_job"]
+__all__ = ["flush_decision_spool", "purge_routing_logs", "requeue_stale_jobs", "run_audit_job"]
 
 
 @shared_task(
@@ -55,3 +55,14 @@ def purge_routing_logs(days: float | None = None, batch_size: int | None = None)
 def requeue_stale_jobs(pending_after_s: float = 300.0) -> int:
     """Queue again async jobs whose message was lost (a safety net; see jobs.py)."""
     return jobs.requeue_stale_jobs(pending_after_s=pending_after_s)
+
+
+@shared_task(
+    name="llm_routing.flush_decision_spool",
+    acks_late=True,
+    reject_on_worker_lost=True,
+    ignore_result=True,
+)
+def flush_decision_spool() -> dict[str, int]:
+    """Write spooled routing decisions (scheduled by Celery beat when SPOOL_DIR is set)."""
+    return recorder.flush_spool().to_dict()

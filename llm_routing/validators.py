@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from fnmatch import fnmatchcase
 
 from django.core.exceptions import ValidationError
 from django.core.validators import URLValidator
@@ -10,7 +11,12 @@ from django.utils.deconstruct import deconstructible
 
 from .conf import routing_settings
 
-__all__ = ["BUILTIN_DENIED_ENV_NAMES", "validate_api_key_env", "validate_base_url"]
+__all__ = [
+    "BUILTIN_DENIED_ENV_NAMES",
+    "BUILTIN_DENIED_ENV_PATTERNS",
+    "validate_api_key_env",
+    "validate_base_url",
+]
 
 ENV_NAME_RE = re.compile(r"^[A-Z_][A-Z0-9_]{0,127}$")
 
@@ -44,9 +50,35 @@ BUILTIN_DENIED_ENV_NAMES = frozenset(
 )
 
 
+# Shell-style patterns for the same (fnmatch, case-sensitive on the upper-case name):
+# whatever is named like a password, a secret, a connection string or a DSN. Provider
+# keys are named ``*_API_KEY`` / ``*_TOKEN``, which none of these match.
+BUILTIN_DENIED_ENV_PATTERNS = (
+    "*PASSWORD*",
+    "*PASSWD*",
+    "*PASSPHRASE*",
+    "*SECRET*",
+    "*PRIVATE_KEY*",
+    "*_DSN",
+    "*_URL",
+    "*_URI",
+    "DATABASE*",
+)
+
+
 def denied_env_names() -> frozenset[str]:
     extra = {str(n).upper() for n in routing_settings.DENIED_KEY_ENV_NAMES}
     return BUILTIN_DENIED_ENV_NAMES | extra
+
+
+def is_denied_env_name(name: str) -> bool:
+    """On the deny-list, or matching a built-in pattern or a pattern in
+    ``LLM_ROUTING["DENIED_KEY_ENV_NAMES"]`` (entries may use ``*`` / ``?``)."""
+    names = denied_env_names()
+    if name in names:
+        return True
+    patterns = [*BUILTIN_DENIED_ENV_PATTERNS, *(n for n in names if "*" in n or "?" in n)]
+    return any(fnmatchcase(name, pattern) for pattern in patterns)
 
 
 def validate_api_key_env(value: str) -> None:
@@ -59,7 +91,7 @@ def validate_api_key_env(value: str) -> None:
             "digit; at most 128 characters), not the key itself.",
             code="invalid_env_name",
         )
-    if value in denied_env_names():
+    if is_denied_env_name(value):
         raise ValidationError(
             "%(name)s holds a deployment secret and may not be used as a provider key.",
             code="denied_env_name",

@@ -134,6 +134,8 @@ LLM_ROUTING = {
     **routing_from_env(os.environ),
     "RETENTION_DAYS": env.float("LLM_ROUTING_RETENTION_DAYS", default=30),
     "RETENTION_BATCH_SIZE": env.int("LLM_ROUTING_RETENTION_BATCH_SIZE", default=1000),
+    # Decisions the database refuses are kept here until llm_routing_spool_flush.
+    "SPOOL_DIR": env.str("LLM_ROUTING_SPOOL_DIR", default="") or None,
     "API_THROTTLE_RATES": {
         "user": env.str("LLM_ROUTING_USER_RATE", default="120/min"),
         "anon": env.str("LLM_ROUTING_ANON_RATE", default="10/min"),
@@ -143,6 +145,8 @@ LLM_ROUTING = {
 # --- Celery: async audit jobs and retention (issue 6) --------------------------------
 # No broker configured → tasks run eagerly in the web process (the embedded mode).
 CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default="")
+# The DEBUG 500 page masks URL passwords (broker, cache, database URLs) and DSNs.
+DEFAULT_EXCEPTION_REPORTER_FILTER = "project.reporting.CredentialSafeReporterFilter"
 CELERY_TASK_ALWAYS_EAGER = not CELERY_BROKER_URL
 CELERY_TASK_DEFAULT_QUEUE = env.str("CELERY_TASK_DEFAULT_QUEUE", default="llm_routing")
 CELERY_TASK_ACKS_LATE = True  # acknowledge after the task ran …
@@ -164,6 +168,10 @@ CELERY_BEAT_SCHEDULE = {
     "llm-routing-requeue-stale-jobs": {
         "task": "llm_routing.requeue_stale_jobs",
         "schedule": env.float("LLM_ROUTING_REQUEUE_EVERY_S", default=300.0),
+    },
+    "llm-routing-flush-decision-spool": {
+        "task": "llm_routing.flush_decision_spool",
+        "schedule": env.float("LLM_ROUTING_SPOOL_FLUSH_EVERY_S", default=60.0),
     },
 }
 

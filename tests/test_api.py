@@ -255,3 +255,12 @@ def test_openapi_schema_and_docs_page(anon):
     docs = anon.get("/api/docs/")
     assert docs.status_code == 200
     assert b"swagger" in docs.content.lower()
+
+
+def test_max_task_chars_setting_is_enforced(api):
+    # issue 11: documented but ignored (the serializer hard-coded 64).
+    with override_settings(LLM_ROUTING={"MAX_TASK_CHARS": 8}):
+        response = post(api, {**GOOD, "task": "t" * 9})
+        assert response.status_code == 400
+        assert "8 characters" in response.json()["task"][0]
+        assert post(api, {**GOOD, "task": "t" * 8}).status_code == 200

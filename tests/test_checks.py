@@ -173,3 +173,25 @@ def test_check_and_migrate_work_on_an_empty_database(tmp_path: Path) -> None:
     after = manage("check", "--database", "default", env=env)
     assert after.returncode == 0, after.stderr
     assert "llm_routing.I001" in after.stderr  # the tables exist now, and are empty
+
+
+@pytest.mark.django_db
+def test_w001_not_for_keyless_openai_compatible_row(monkeypatch: pytest.MonkeyPatch) -> None:
+    # issue 11: a local server row naming no key variable needs none (the router agrees).
+    Provider.objects.create(
+        name="local-llama",
+        kind="openai_compatible",
+        api_key_env="",
+        base_url="http://127.0.0.1:1/v1",
+    )
+    assert "llm_routing.W001" not in ids(rows())
+    # ... but a row that names a variable needs it set.
+    monkeypatch.delenv(KEY_VAR, raising=False)
+    Provider.objects.create(
+        name="hosted",
+        kind="openai_compatible",
+        api_key_env=KEY_VAR,
+        base_url="https://h.example/v1",
+    )
+    w001 = [m for m in rows() if m.id == "llm_routing.W001"]
+    assert len(w001) == 1 and "hosted" in w001[0].msg

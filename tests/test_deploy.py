@@ -64,7 +64,11 @@ def test_production_env_selects_postgres_redis_and_a_real_broker() -> None:
     assert shown["eager"] is False
     assert shown["broker"] == "redis://cache.internal:6379/1"
     assert shown["acks_late"] is True and shown["reject"] is True
-    assert shown["beat"] == ["llm_routing.purge_routing_logs", "llm_routing.requeue_stale_jobs"]
+    assert shown["beat"] == [
+        "llm_routing.flush_decision_spool",
+        "llm_routing.purge_routing_logs",
+        "llm_routing.requeue_stale_jobs",
+    ]
 
 
 def test_embedded_defaults_are_sqlite_locmem_and_eager_celery() -> None:

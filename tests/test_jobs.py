@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 from django.contrib.auth import get_user_model
+from django.db import DataError
 from django.utils import timezone
 
 from llm_routing import jobs, service
@@ -98,11 +99,14 @@ def test_a_run_that_lost_its_claim_writes_nothing(job: AuditJob) -> None:
 def test_crash_between_routing_and_recording_leaves_no_half_state(
     job: AuditJob, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    class WorkerKilled(BaseException):  # like SystemExit: not a recording error
+        pass
+
     def crash(*args: Any, **kwargs: Any) -> None:
-        raise RuntimeError("worker crashed while recording")
+        raise WorkerKilled("worker killed while recording")
 
     monkeypatch.setattr(jobs, "record", crash)
-    with pytest.raises(RuntimeError):
+    with pytest.raises(WorkerKilled):
         jobs.run_job(job.pk)
     monkeypatch.undo()
     job.refresh_from_db()
@@ -113,6 +117,40 @@ def test_crash_between_routing_and_recording_leaves_no_half_state(
     AuditJob.objects.filter(pk=job.pk).update(lease_expires_at=timezone.now())
     assert jobs.run_job(job.pk).state == "done"
     assert RoutingDecision.objects.filter(request_id=job.pk).count() == 1
+
+
+def test_any_recording_error_ends_the_job_failed(
+    job: AuditJob, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # issue 11: only IntegrityError was caught; a DataError left the job running, to be
+    # re-routed on every lease expiry.
+    def refuse(*args: Any, **kwargs: Any) -> None:
+        raise DataError("value too long for type character varying(64)")
+
+    monkeypatch.setattr(jobs, "record", refuse)
+    assert jobs.run_job(job.pk).state == "failed"
+    job.refresh_from_db()
+    assert job.status == AuditJob.Status.FAILED
+    assert job.error == {
+        "category": "recording",
+        "message": "The routing decision could not be recorded.",
+    }
+    assert job.claim_token is None and job.payload is None
+    assert not RoutingDecision.objects.exists()
+    assert jobs.run_job(job.pk).state == "finished"  # a redelivery does nothing
+
+
+def test_long_route_key_job_is_recorded_with_a_fitted_chain_name(
+    job: AuditJob, settings: Any
+) -> None:
+    key = "k" * 64
+    settings.LLM_ROUTING = {"ROUTES": {key: ["mock"]}}
+    AuditJob.objects.filter(pk=job.pk).update(payload={**PAYLOAD, "route": key})
+    assert jobs.run_job(job.pk).state == "done"
+    decision = RoutingDecision.objects.get(request_id=job.pk)
+    assert decision.route == key
+    assert len(decision.chain_name) == 64
+    assert decision.chain_name.startswith("route:kkk") and decision.chain_name.endswith("…")
 
 
 def test_too_many_claims_fail_the_job(job: AuditJob) -> None:

@@ -33,6 +33,38 @@ def test_invalid_or_denied_env_names(name):
     assert "api_key_env" in info.value.message_dict
 
 
+@pytest.mark.parametrize(
+    "name",
+    [
+        "DB_PASSWORD",
+        "DJANGO_DB_PASSWORD",
+        "SENTRY_DSN",
+        "RABBITMQ_URL",
+        "MONGO_URI",
+        "DATABASE_HOST",
+        "APP_CLIENT_SECRET",
+        "SSH_PRIVATE_KEY",
+        "SMTP_PASSWD",
+    ],
+)
+def test_deployment_secrets_are_denied_by_pattern(name):
+    with pytest.raises(ValidationError) as info:
+        provider(api_key_env=name).full_clean()
+    assert info.value.error_dict["api_key_env"][0].code == "denied_env_name"
+
+
+@pytest.mark.parametrize("name", ["OPENAI_API_KEY", "HF_TOKEN", "ANTHROPIC_API_KEY", "GEMINI_KEY"])
+def test_provider_key_names_pass_the_patterns(name):
+    provider(api_key_env=name).full_clean()
+
+
+def test_deny_patterns_extend_from_settings():
+    provider(api_key_env="CORP_VAULT_TOKEN").full_clean()
+    with override_settings(LLM_ROUTING={"DENIED_KEY_ENV_NAMES": ["CORP_VAULT_*"]}):
+        with pytest.raises(ValidationError):
+            provider(api_key_env="CORP_VAULT_TOKEN").full_clean()
+
+
 def test_deny_list_extends_from_settings():
     provider(api_key_env="MY_INTERNAL_TOKEN").full_clean()
     with override_settings(LLM_ROUTING={"DENIED_KEY_ENV_NAMES": ["MY_INTERNAL_TOKEN"]}):

@@ -31,7 +31,9 @@ pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parent.parent
 APP = ROOT / "llm_routing"
-FOREIGN = ("project/", "tests/", "bench/", "docs/", "templates/", "manage.py", "dev.py")
+FOREIGN = (
+    "project/", "tests/", "bench/", "fuzz/", "docs/", "templates/", "manage.py", "dev.py",
+)  # fmt: skip
 
 ROUTING_TOML = """
 version = 1

@@ -67,6 +67,12 @@ class TestStatusInText:
             ("id=abc500def", None),
             ("v1.500.2", None),
             ("", None),
+            # issue 11: a sentence-final status counts; a count of something does not
+            ("Upstream returned 503.", 503),
+            ("Upstream returned 503. Try later", 503),
+            ("status 502, retrying", 502),
+            ("you asked for 500 tokens", None),
+            ("at most 400 characters allowed", None),
         ],
     )
     def test_word_boundaries_only(self, text: str, expected: int | None) -> None:
@@ -102,6 +108,9 @@ class TestStatusInText:
             errors.ContextLengthError,
         ),
         (400, ["content_policy_violation"], "", errors.ContentPolicyError),
+        # issue 11: an in-band error (200 or no HTTP answer) read from its message
+        (200, [], "Upstream returned 503.", errors.UnavailableError),
+        (200, [], "you asked for 500 tokens", errors.ResponseError),
         (
             400,
             ["invalid_request_error"],

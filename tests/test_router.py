@@ -13,8 +13,8 @@ from llm_routing.errors import (
     UnavailableError,
 )
 from llm_routing.models import Attempt, RoutingDecision, RoutingRule
-from llm_routing.router import resolve, route
-from llm_routing.types import AuditRequest
+from llm_routing.router import resolve, route, route_stream
+from llm_routing.types import AuditRequest, StreamResult
 
 from .conftest import make_chain, make_provider
 
@@ -334,3 +334,19 @@ def test_well_formed_requests_never_raise(scripted, key_env):
     ]:
         routed = route(r)
         assert routed.result.status in {"ok", "fallback", "error"}
+
+
+def test_unimportable_mock_kind_override_never_raises(scripted, caplog):
+    # issue 11: route() raised AssertionError (an assert on a reachable path).
+    from llm_routing.providers.registry import clear_adapter_cache
+
+    clear_adapter_cache()
+    with override_settings(LLM_ROUTING={"PROVIDER_KINDS": {"mock": "no.such.module.Mock"}}):
+        routed = route(req())
+        streamed = list(route_stream(req(stream=True)))
+    clear_adapter_cache()
+    assert routed.result.provider == "mock" and routed.result.status == "ok"
+    assert routed.result.mode == "mock"
+    assert isinstance(streamed[-1], StreamResult)
+    assert streamed[-1].routed.result.status == "ok"
+    assert "Cannot build adapter for provider mock" in caplog.text

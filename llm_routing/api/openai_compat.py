@@ -29,6 +29,7 @@ from ..access import allowed_chains, principal_for, provider_allowed
 from ..conf import routing_settings
 from ..models import Chain, Provider, RoutingRule
 from ..router import route_stream
+from ..schemas import SchemaRefused, check_schema
 from ..service import execute
 from ..types import (
     AuditRequest,
@@ -80,6 +81,10 @@ class ResponseFormatSerializer(serializers.Serializer):
                 raise serializers.ValidationError(
                     {"json_schema": ["json_schema.schema must be a JSON Schema object."]}
                 )
+            try:
+                check_schema(spec["schema"])  # no I/O; bounded mock answer; RE2 patterns
+            except SchemaRefused as exc:
+                raise serializers.ValidationError({"json_schema": {"schema": [str(exc)]}}) from None
         return attrs
 
 

@@ -1,4 +1,10 @@
-"""A JSON parser with a body-size cap (413) and a nesting-depth cap (400)."""
+"""A JSON parser with a body-size cap (413) and a nesting-depth cap (400).
+
+It is deliberately not a ``JSONParser`` subclass: DRF hands JSON parsers
+``request.body``, which Django refuses past ``DATA_UPLOAD_MAX_MEMORY_SIZE`` with its own
+HTML 400. This parser reads the stream itself, so every oversized body gets the
+documented 413 (the OpenAI error envelope on ``/v1``) whatever that setting says.
+"""
 
 from __future__ import annotations
 
@@ -6,13 +12,19 @@ import json
 from collections.abc import Mapping
 from typing import IO, Any
 
-from rest_framework import status
+from rest_framework import renderers, status
 from rest_framework.exceptions import APIException, ParseError
-from rest_framework.parsers import JSONParser
+from rest_framework.parsers import BaseParser
 
 from ..conf import routing_settings
 
 __all__ = ["LimitedJSONParser", "PayloadTooLarge", "json_depth"]
+
+#: An oversized body is read and discarded up to this many bytes before the 413, so the
+#: client (still sending) reads the answer instead of a reset connection; a body larger
+#: than this gets the 413 and the connection is closed without reading the rest.
+DRAIN_MAX_BYTES = 16 * 1024 * 1024
+_CHUNK = 65_536
 
 
 class PayloadTooLarge(APIException):
@@ -36,7 +48,19 @@ def json_depth(value: Any) -> int:
     return deepest
 
 
-class LimitedJSONParser(JSONParser):
+def _drain(stream: IO[Any] | None, declared: int) -> None:
+    left = min(declared, DRAIN_MAX_BYTES)
+    while stream is not None and left > 0:
+        chunk = stream.read(min(_CHUNK, left))
+        if not chunk:
+            return
+        left -= len(chunk)
+
+
+class LimitedJSONParser(BaseParser):
+    media_type = "application/json"
+    renderer_class = renderers.JSONRenderer
+
     def parse(
         self,
         stream: IO[Any],
@@ -47,12 +71,15 @@ class LimitedJSONParser(JSONParser):
         request = (parser_context or {}).get("request")
         declared = request.META.get("CONTENT_LENGTH") if request is not None else None
         try:
-            if declared and int(declared) > limit:
-                raise PayloadTooLarge(f"Request body exceeds {limit} bytes.")
+            length = int(declared) if declared else 0
         except ValueError:
             raise ParseError("Invalid Content-Length header.") from None
+        if length > limit:
+            _drain(stream, length)
+            raise PayloadTooLarge(f"Request body exceeds {limit} bytes.")
         raw = stream.read(limit + 1) if stream is not None else b""
         if len(raw) > limit:
+            _drain(stream, max(0, length - len(raw)))
             raise PayloadTooLarge(f"Request body exceeds {limit} bytes.")
         try:
             text = raw.decode((parser_context or {}).get("encoding") or "utf-8")

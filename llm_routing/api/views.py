@@ -133,7 +133,13 @@ class ProviderHealthSerializer(serializers.Serializer):
 
 
 class HealthResponseSerializer(serializers.Serializer):
-    status = serializers.CharField()
+    status = serializers.CharField(
+        help_text='"ok", or "degraded" while the circuit cache is unreachable (see "cache").'
+    )
+    cache = serializers.CharField(
+        help_text='"ok", or "degraded": the circuit cache failed; circuits are process-local '
+        "and throttles fail open until it answers again.",
+    )
     providers = ProviderHealthSerializer(many=True)
 
 
@@ -158,4 +164,5 @@ class HealthView(RoutingAPIView):
                     "overrides": health[1:],
                 }
             )
-        return Response({"status": "ok", "providers": providers})
+        cache = "degraded" if breaker.store.degraded else "ok"
+        return Response({"status": cache, "cache": cache, "providers": providers})

@@ -25,7 +25,6 @@ from typing import Any, ClassVar
 import httpx
 from django.views.decorators.debug import sensitive_variables
 from httpx_sse import EventSource
-from jsonschema import Draft202012Validator
 from jsonschema.exceptions import best_match
 
 from ..conf import routing_settings
@@ -36,6 +35,7 @@ from ..errors import (
     ResponseError,
     scrub,
 )
+from ..schemas import answer_validator
 from ..types import CAPABILITIES as _CAPABILITIES
 from ..types import (
     AuditRequest,
@@ -506,7 +506,8 @@ def validate_structured(text_or_data: Any, schema: Mapping[str, Any] | None) -> 
     if schema is None:
         return value
     try:
-        validator = Draft202012Validator(dict(schema))
+        # No retrieval (a remote $ref is unresolvable, never fetched), RE2 patterns.
+        validator = answer_validator(schema)
         error = best_match(validator.iter_errors(value))
     except Exception:  # a schema jsonschema cannot apply
         raise ResponseError("The structured output could not be validated.") from None

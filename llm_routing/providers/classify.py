@@ -124,8 +124,14 @@ _INVALID_KEY_RE = re.compile(
     r"|incorrect api key",
     re.IGNORECASE,
 )
-# An HTTP error status in free text, on word boundaries only (never inside 15000 or 5.003).
-_STATUS_RE = re.compile(r"(?<![\w.])(4\d\d|5\d\d)(?![\w.])")
+# An HTTP error status in free text, on word boundaries only (never inside 15000, 5.003
+# or v1.500.2; a sentence-final "503." counts) and not a count of something ("500 tokens").
+_STATUS_RE = re.compile(
+    r"(?<![\w.])(4\d\d|5\d\d)(?!\w|\.\w)"
+    r"(?!\s*(?:tokens?|characters?|chars?|bytes?|words?|items?|messages?|lines?|"
+    r"requests?|seconds?|ms\b|minutes?|pages?|results?|images?)\b)",
+    re.IGNORECASE,
+)
 
 
 def status_in_text(text: str) -> int | None:

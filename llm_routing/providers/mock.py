@@ -15,6 +15,8 @@ from collections.abc import Iterator, Mapping
 from typing import Any, ClassVar
 
 from ..conf import routing_settings
+from ..errors import InvalidRequestError
+from ..schemas import SchemaTooLarge, example_instance
 from ..types import AuditRequest, ProviderResult, StreamDelta, StreamEnd, StreamEvent, Usage
 from .base import BaseProvider
 
@@ -31,42 +33,11 @@ def _digest(request: AuditRequest) -> str:
     return hashlib.sha256(material.encode("ascii")).hexdigest()
 
 
-def instance_from_schema(schema: Mapping[str, Any], *, depth: int = 0) -> Any:
-    """A small deterministic value that satisfies common JSON Schema shapes."""
-    if depth > 16 or not isinstance(schema, Mapping):
-        return None
-    if "const" in schema:
-        return schema["const"]
-    if schema.get("enum"):
-        return schema["enum"][0]
-    for combinator in ("anyOf", "oneOf", "allOf"):
-        options = schema.get(combinator)
-        if isinstance(options, list) and options:
-            return instance_from_schema(options[0], depth=depth + 1)
-    kind = schema.get("type")
-    if isinstance(kind, list):
-        kind = next((k for k in kind if k != "null"), kind[0] if kind else None)
-    if kind == "object" or (kind is None and "properties" in schema):
-        props = schema.get("properties") or {}
-        required = schema.get("required") or list(props)
-        return {
-            name: instance_from_schema(props.get(name, {}), depth=depth + 1)
-            for name in required
-            if isinstance(name, str)
-        }
-    if kind == "array":
-        count = int(schema.get("minItems", 0) or 0)
-        item = instance_from_schema(schema.get("items") or {}, depth=depth + 1)
-        return [item for _ in range(min(count, 8))]
-    if kind == "string":
-        return "mock" + "x" * max(0, int(schema.get("minLength", 0) or 0) - 4)
-    if kind == "integer":
-        return int(schema.get("minimum", 0) or 0)
-    if kind == "number":
-        return float(schema.get("minimum", 0) or 0)
-    if kind == "boolean":
-        return False
-    return None
+def instance_from_schema(schema: Mapping[str, Any]) -> Any:
+    """A small deterministic value that satisfies common JSON Schema shapes, bounded by
+    ``MOCK_MAX_OUTPUT_BYTES`` / ``MOCK_MAX_DEPTH`` (:class:`~llm_routing.schemas.SchemaTooLarge`
+    past them; see :func:`llm_routing.schemas.example_instance`)."""
+    return example_instance(schema)
 
 
 class MockProvider(BaseProvider):
@@ -103,7 +74,12 @@ class MockProvider(BaseProvider):
         data = None
         if request.response_schema is not None:
             # Structured output: like the vendors, the text is the JSON document.
-            data = instance_from_schema(request.response_schema)
+            try:
+                data = instance_from_schema(request.response_schema)
+            except SchemaTooLarge as exc:
+                # Only reachable through the Python API: the HTTP API refuses such a
+                # schema with 400 before routing.
+                raise InvalidRequestError(str(exc)) from None
             output = json.dumps(data, sort_keys=True)
         if request.prefill:
             # Continuation: only what follows the delivered text.

@@ -73,7 +73,8 @@ class Command(BaseCommand):
                     "enabled": p.enabled,
                     "mode": p.effective_mode,
                     "api_key_env": p.api_key_env,
-                    "key_required": requires_key(p.kind) and p.effective_mode != "mock",
+                    "key_required": requires_key(p.kind, p.to_config())
+                    and p.effective_mode != "mock",
                     "key_present": p.key_present,
                     "circuit": states[p.name],
                 }
