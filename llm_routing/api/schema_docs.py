@@ -492,6 +492,7 @@ are internal information. `manage.py llm_routing_circuits` shows the same from a
             "200",
             {
                 "status": "ok",
+                "cache": "ok",
                 "providers": [
                     {
                         "name": "anthropic",
