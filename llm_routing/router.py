@@ -532,15 +532,23 @@ def explain(request: AuditRequest) -> Explanation:
     plan = resolve(request)
     rows = {p.name: p for p in Provider.objects.filter(name__in=plan.names)}
     forced = plan.router_mode == "forced"
+    denied = denied_candidates(
+        principal=request.principal,
+        names=plan.names,
+        chain_name=plan.chain_name,
+        requested_provider=plan.requested_provider,
+        forced=forced,
+    )
     out: list[CandidateExplanation] = []
     for position, (name, model) in enumerate(plan.candidates):
         row = rows.get(name)
         adapter = _adapter_for(name, model, row)
-        reason = (
-            "unknown_provider"
-            if forced and adapter is None
-            else _skip_reason(name, row, adapter, request, check_circuit=False)
-        )
+        if name in denied:
+            reason: str | None = "not_allowed"
+        elif forced and adapter is None:
+            reason = "unknown_provider"
+        else:
+            reason = _skip_reason(name, row, adapter, request, check_circuit=False)
         shown_model = model or (adapter.config.model if adapter else (row.model if row else ""))
         if adapter is None:
             out.append(

@@ -213,3 +213,24 @@ def test_chain_rule_and_provider_pages_link_to_explain(admin_client, setup):
         text = html.decode()
         assert reverse("admin:llm_routing_explain") in text, model
         assert query in text, model
+
+
+def test_api_explain_shows_what_the_caller_may_not_use_as_not_allowed(api, setup, scripted):
+    """The default chain is limited to a group the caller is not in: the walk would skip
+    every entry as not_allowed, and explain says so for that caller (staff would try)."""
+    from django.contrib.auth.models import Group
+
+    setup.allowed_groups.add(Group.objects.create(name="vips"))
+    body = api.get("/audit/explain/", {"task": "t"}).json()
+    reasons = [(c["provider"], c["verdict"], c["reason"]) for c in body["candidates"]]
+    assert reasons == [
+        ("a", "skip", "not_allowed"),
+        ("b", "skip", "not_allowed"),
+        ("c", "skip", "not_allowed"),
+        ("mock", "try", None),
+    ]
+    routed = api.post("/audit/", {"task": "t", "input_text": "hi"}, format="json").json()
+    walked = {s["provider"]: s["reason"] for s in routed["routing_metadata"]["skipped_providers"]}
+    assert walked == {"a": "not_allowed", "b": "not_allowed", "c": "not_allowed"}
+    # The Python API has no principal: trusted, so the same explanation would try "a".
+    assert explain(AuditRequest(task="t", input_text="")).candidates[0].verdict == "try"

@@ -4,6 +4,7 @@ calling any provider, recording anything or touching circuit state."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
 from drf_spectacular.types import OpenApiTypes
@@ -12,6 +13,7 @@ from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from ..access import principal_for
 from ..router import explain
 from ..types import AuditRequest
 from .schema_docs import EXPLAIN, documented
@@ -87,4 +89,7 @@ class ExplainView(RoutingAPIView):
     def get(self, request: Request) -> Response:
         query = ExplainQuerySerializer(data=request.query_params.dict())
         query.is_valid(raise_exception=True)
-        return Response(explain(query.to_request()).to_dict())
+        # The caller's identity, as /audit/ would carry it: what they may not use shows
+        # as not_allowed (no 403 here — explaining a refusal is the point).
+        audit_request = replace(query.to_request(), principal=principal_for(request.user))
+        return Response(explain(audit_request).to_dict())
