@@ -1,0 +1,520 @@
+"""Behaviour of the routing core that a mutation run showed nothing pinned (issue 17).
+
+Each test states what a caller or operator sees — the recorded attempt, the circuit's
+state and health over a fake clock, the stream's end event — so it fails whenever that
+behaviour changes, whatever the code change that caused it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+from django.test import override_settings
+
+from llm_routing.errors import (
+    InvalidRequestError,
+    NetworkError,
+    RateLimitError,
+    UnavailableError,
+)
+from llm_routing.models import Attempt, RoutingDecision
+from llm_routing.providers.mock import MockProvider
+from llm_routing.resilience import breaker
+from llm_routing.resilience.breaker import CLOSED, HALF_OPEN, OPEN, Policy
+from llm_routing.resilience.budget import Budget
+from llm_routing.resilience.retry import call_with_retries
+from llm_routing.router import resolve, route, route_stream
+from llm_routing.types import (
+    AuditRequest,
+    ErrorInfo,
+    ProviderConfig,
+    ProviderResult,
+    StreamChunk,
+    StreamFailure,
+    StreamResult,
+)
+
+from .breaker_support import BrokenCache, FakeClock
+from .conftest import ScriptedProvider, make_chain, make_provider
+
+REQUEST = AuditRequest(task="summarize", input_text="hello")
+CONFIG = ProviderConfig(name="primary", kind="openai", model="gpt-x", timeout_s=5.0)
+UNAVAILABLE = ErrorInfo(category="unavailable", message="503", http_status=503, transient=True)
+BAD_REQUEST = ErrorInfo(category="invalid_request", message="400", http_status=400)
+
+
+class Sleeps(list[float]):
+    def __call__(self, seconds: float) -> None:
+        self.append(seconds)
+
+
+def result(ok: bool, error: ErrorInfo = UNAVAILABLE) -> ProviderResult:
+    return ProviderResult(
+        provider=CONFIG.name,
+        model=CONFIG.model,
+        mode="live" if ok else "error",
+        status="ok" if ok else "error",
+        error=None if ok else error,
+        upstream_requests=1,
+    )
+
+
+def fail(config: ProviderConfig = CONFIG, error: ErrorInfo = UNAVAILABLE) -> None:
+    """One finished, failed call as the router reports it."""
+    assert breaker.allow(config)
+    breaker.observe(config, result(False, error))
+
+
+def phase(clock: FakeClock, config: ProviderConfig = CONFIG) -> str:
+    return breaker.store.load(config.name, config.model).phase(clock())
+
+
+def health(clock: FakeClock, config: ProviderConfig = CONFIG) -> dict[str, Any]:
+    return breaker.store.load(config.name, config.model).health(clock())
+
+
+@pytest.fixture
+def cache_clock(clock: FakeClock, monkeypatch: pytest.MonkeyPatch) -> FakeClock:
+    """The fake clock also drives the LocMem cache's expiry (the probe slot's TTL)."""
+    fake_time = SimpleNamespace(time=clock)
+    monkeypatch.setattr("django.core.cache.backends.base.time", fake_time)
+    monkeypatch.setattr("django.core.cache.backends.locmem.time", fake_time)
+    return clock
+
+
+# --- breaker: the half-open probe slot ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("timeout_s", "probe_ttl", "slot_s"),
+    [
+        (5.0, None, 10),  # BREAKER_PROBE_TTL_S (10 s) is longer than timeout + 1 s
+        (12.2, None, 14),  # timeout + 1 s = 13.2 s, rounded up to whole seconds
+        (2.0, 20.5, 21),  # a configured probe TTL, rounded up
+    ],
+)
+def test_a_probe_that_never_reports_frees_the_circuit_after_its_ttl(
+    cache_clock: FakeClock, timeout_s: float, probe_ttl: float | None, slot_s: int
+) -> None:
+    config = replace(CONFIG, timeout_s=timeout_s)
+    settings = {} if probe_ttl is None else {"BREAKER_PROBE_TTL_S": probe_ttl}
+    with override_settings(LLM_ROUTING=settings):
+        for _ in range(3):
+            fail(config)
+        cache_clock.advance(1.0)
+        assert phase(cache_clock, config) == HALF_OPEN
+        assert breaker.allow(config)  # the probe starts ... and its worker dies
+        cache_clock.advance(slot_s - 0.1)
+        assert not breaker.allow(config)  # the slot is still held
+        cache_clock.advance(0.1)
+        assert breaker.allow(config)  # the slot expired: a new probe may go
+        assert breaker.is_probe(config)
+        breaker.observe(config, result(True))
+    assert phase(cache_clock, config) == CLOSED
+
+
+def test_a_probe_answered_with_a_client_error_closes_and_resets_the_count(
+    clock: FakeClock,
+) -> None:
+    for _ in range(3):
+        fail()
+    clock.advance(1.0)
+    assert breaker.allow(CONFIG) and breaker.is_probe(CONFIG)
+    breaker.observe(CONFIG, result(False, BAD_REQUEST))  # the provider answered: alive
+    view = health(clock)
+    assert view["state"] == CLOSED and view["consecutive_failures"] == 0
+    assert view["last_http_status"] == 400
+    fail()  # one later transient failure starts a new count, it does not reopen
+    assert phase(clock) == CLOSED and health(clock)["consecutive_failures"] == 1
+    assert breaker.allow(CONFIG)
+
+
+# --- breaker: every setting is read -------------------------------------------------------
+
+
+def test_breaker_cooldowns_setting_sets_how_long_the_circuit_stays_open(
+    clock: FakeClock,
+) -> None:
+    with override_settings(
+        LLM_ROUTING={"BREAKER_COOLDOWNS_S": [7.0, 8.0], "BREAKER_COOLDOWN_MAX_S": 60.0}
+    ):
+        for _ in range(3):
+            fail()
+        clock.advance(6.9)
+        assert phase(clock) == OPEN
+        clock.advance(0.1)
+        assert phase(clock) == HALF_OPEN
+
+
+def test_breaker_cooldown_max_setting_caps_the_cooldown(clock: FakeClock) -> None:
+    with override_settings(
+        LLM_ROUTING={"BREAKER_COOLDOWNS_S": [30.0], "BREAKER_COOLDOWN_MAX_S": 4.0}
+    ):
+        for _ in range(3):
+            fail()
+        clock.advance(3.9)
+        assert phase(clock) == OPEN
+        clock.advance(0.1)
+        assert phase(clock) == HALF_OPEN
+
+
+def test_breaker_reset_after_setting_ends_a_failure_streak(clock: FakeClock) -> None:
+    with override_settings(LLM_ROUTING={"BREAKER_RESET_AFTER_S": 5.0}):
+        fail()
+        fail()
+        clock.advance(5.0)  # quiet for BREAKER_RESET_AFTER_S: the count starts again
+        fail()
+        assert phase(clock) == CLOSED and health(clock)["consecutive_failures"] == 1
+    with override_settings(LLM_ROUTING={"BREAKER_RESET_AFTER_S": 5.1}):
+        fail()
+        clock.advance(5.0)
+        fail()
+        assert health(clock)["consecutive_failures"] == 3
+        assert phase(clock) == OPEN
+
+
+def test_retry_after_cap_setting_decides_which_429_opens_at_once(clock: FakeClock) -> None:
+    long_429 = ErrorInfo(
+        category="rate_limit", message="429", http_status=429, transient=True, retry_after_s=3.0
+    )
+    with override_settings(LLM_ROUTING={"RETRY_AFTER_CAP_S": 3.0}):
+        fail(error=long_429)  # 3 s is within a 3 s cap: counted, not opened
+        assert phase(clock) == CLOSED
+    with override_settings(LLM_ROUTING={"RETRY_AFTER_CAP_S": 2.0}):
+        fail(error=long_429)  # over a 2 s cap: open at once, for the Retry-After
+        assert phase(clock) == OPEN
+        clock.advance(2.9)
+        assert phase(clock) == OPEN
+        clock.advance(0.1)
+        assert phase(clock) == HALF_OPEN
+
+
+def test_breaker_retry_after_max_setting_bounds_a_long_retry_after(clock: FakeClock) -> None:
+    huge = ErrorInfo(
+        category="rate_limit", message="429", http_status=429, transient=True, retry_after_s=100
+    )
+    with override_settings(LLM_ROUTING={"BREAKER_RETRY_AFTER_MAX_S": 20.0}):
+        fail(error=huge)
+        clock.advance(19.9)
+        assert phase(clock) == OPEN
+        clock.advance(0.1)
+        assert phase(clock) == HALF_OPEN
+
+
+def test_policy_reads_every_breaker_setting() -> None:
+    with override_settings(
+        LLM_ROUTING={
+            "BREAKER_FAILURE_THRESHOLD": 4,
+            "BREAKER_COOLDOWNS_S": [3, 6],
+            "BREAKER_COOLDOWN_MAX_S": 7,
+            "BREAKER_RESET_AFTER_S": 8,
+            "RETRY_AFTER_CAP_S": 9,
+            "BREAKER_RETRY_AFTER_MAX_S": 11,
+            "BREAKER_PROBE_TTL_S": 12,
+        }
+    ):
+        assert Policy.from_settings() == Policy(
+            threshold=4,
+            cooldowns=(3.0, 6.0),
+            cooldown_max=7.0,
+            reset_after=8.0,
+            retry_after_cap=9.0,
+            retry_after_max=11.0,
+            probe_ttl=12.0,
+        )
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"BREAKER_FAILURE_THRESHOLD": 1},
+        {"BREAKER_COOLDOWNS_S": [0.5]},
+        {"BREAKER_COOLDOWN_MAX_S": 0.5},
+    ],
+)
+def test_the_smallest_valid_breaker_settings_are_accepted(overrides: dict[str, Any]) -> None:
+    with override_settings(LLM_ROUTING=overrides):
+        Policy.from_settings()
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"BREAKER_COOLDOWNS_S": [0.0]},
+        {"BREAKER_COOLDOWNS_S": []},
+        {"BREAKER_COOLDOWN_MAX_S": 0},
+        {"BREAKER_COOLDOWN_MAX_S": -1},
+        {"BREAKER_FAILURE_THRESHOLD": 0},
+        {"BREAKER_FAILURE_THRESHOLD": -1},
+    ],
+)
+def test_out_of_range_breaker_settings_are_refused(overrides: dict[str, Any]) -> None:
+    with override_settings(LLM_ROUTING=overrides), pytest.raises(ImproperlyConfigured):
+        Policy.from_settings()
+
+
+def test_a_threshold_of_one_opens_on_the_first_transient_failure(clock: FakeClock) -> None:
+    with override_settings(LLM_ROUTING={"BREAKER_FAILURE_THRESHOLD": 1}):
+        fail()
+        assert phase(clock) == OPEN
+
+
+# --- breaker: the process-local fallback while the cache is down ---------------------------
+
+
+class Monotonic:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def cache_down(clock: FakeClock, monkeypatch: pytest.MonkeyPatch) -> Iterator[Monotonic]:
+    """The circuit cache refuses every call; process-local state on a fake monotonic clock."""
+    mono = Monotonic()
+    monkeypatch.setattr(breaker, "time", SimpleNamespace(monotonic=mono, time=time.time))
+    monkeypatch.setattr(BrokenCache, "broken", True)
+    BrokenCache._data.clear()
+    with override_settings(
+        CACHES={
+            "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
+            "broken": {"BACKEND": "tests.breaker_support.BrokenCache"},
+        },
+        LLM_ROUTING={"CACHE_ALIAS": "broken"},
+    ):
+        yield mono
+
+
+def test_with_the_cache_down_one_probe_is_let_through_per_process(
+    clock: FakeClock, cache_down: Monotonic
+) -> None:
+    for _ in range(3):
+        fail()
+    assert breaker.store.degraded
+    assert not breaker.allow(CONFIG)
+    clock.advance(1.0)
+    assert breaker.allow(CONFIG) and breaker.is_probe(CONFIG)
+    assert not breaker.allow(CONFIG)  # the local slot is taken
+    assert not breaker.allow(CONFIG)
+    breaker.observe(CONFIG, result(True))
+    assert phase(clock) == CLOSED
+    assert breaker.allow(CONFIG) and not breaker.is_probe(CONFIG)
+
+
+def test_with_the_cache_down_a_stuck_local_probe_slot_expires(
+    clock: FakeClock, cache_down: Monotonic
+) -> None:
+    for _ in range(3):
+        fail()
+    clock.advance(1.0)
+    assert breaker.allow(CONFIG)  # the probe's worker dies without reporting
+    cache_down.now += 9.9
+    assert not breaker.allow(CONFIG)
+    cache_down.now += 0.1  # exactly the 10 s probe TTL: expired, not served as live
+    assert breaker.allow(CONFIG)
+
+
+def test_with_the_cache_down_health_is_read_from_local_state(
+    clock: FakeClock, cache_down: Monotonic
+) -> None:
+    other = replace(CONFIG, name="secondary")
+    for _ in range(3):
+        fail()
+    fail(other)
+    circuits = breaker.store.load_many([("primary", "gpt-x"), ("secondary", "gpt-x")])
+    assert circuits[("primary", "gpt-x")].phase(clock()) == OPEN
+    assert circuits[("secondary", "gpt-x")].failures == 1
+    assert circuits[("secondary", "gpt-x")].phase(clock()) == CLOSED
+    assert len(circuits) == 2
+
+
+def test_with_the_cache_down_an_operator_reset_closes_the_local_circuit(
+    clock: FakeClock, cache_down: Monotonic
+) -> None:
+    for _ in range(3):
+        fail()
+    clock.advance(1.0)
+    assert breaker.allow(CONFIG)  # a probe slot is held too
+    breaker.store.reset("primary", "gpt-x")
+    assert breaker.store.load("primary", "gpt-x").last_error_at is None
+    assert breaker.allow(CONFIG) and not breaker.is_probe(CONFIG)  # closed, no probe
+
+
+def test_with_the_cache_down_local_records_expire_after_a_day(
+    clock: FakeClock, cache_down: Monotonic
+) -> None:
+    fail()
+    assert breaker.store.load("primary", "gpt-x").failures == 1
+    cache_down.now += breaker.RECORD_TTL_S - 1
+    assert breaker.store.load("primary", "gpt-x").failures == 1
+    cache_down.now += 1
+    assert breaker.store.load("primary", "gpt-x").last_error_at is None
+
+
+# --- router: recorded attempts ------------------------------------------------------------
+
+
+@pytest.fixture
+def two(scripted: type[ScriptedProvider], key_env: str) -> type[ScriptedProvider]:
+    a = make_provider("a", supports_streaming=True, max_retries=2)
+    b = make_provider("b", supports_streaming=True, supports_prefill=True)
+    make_chain("main", [a, b], is_default=True)
+    return scripted
+
+
+@pytest.mark.django_db
+def test_a_served_attempt_is_recorded_as_not_transient(two: type[ScriptedProvider]) -> None:
+    routed = route(REQUEST, sleeper=Sleeps())
+    assert routed.result.provider == "a"
+    assert routed.metadata.attempts[0].transient is False
+    row = Attempt.objects.get()
+    assert (row.outcome, row.served, row.transient, row.reason) == ("ok", True, False, "")
+
+
+@pytest.mark.django_db
+def test_a_request_naming_a_chain_walks_that_chain(two: type[ScriptedProvider]) -> None:
+    c = make_provider("c")
+    make_chain("alt", [c])
+    request = replace(REQUEST, chain="alt")
+    plan = resolve(request)
+    assert plan.names == ("c", "mock") and plan.chain_name == "alt"
+    routed = route(request, sleeper=Sleeps())
+    assert routed.result.provider == "c"
+    assert routed.metadata.chain_name == "alt"
+    assert routed.metadata.router_mode == "explicit"
+    assert RoutingDecision.objects.get().chain_name == "alt"
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("forced", "reason"), [("off", "disabled"), ("ghost", "unknown_provider")])
+def test_a_forced_provider_that_cannot_run_is_recorded_with_its_reason(
+    two: type[ScriptedProvider], forced: str, reason: str
+) -> None:
+    make_provider("off", enabled=False)
+    routed = route(replace(REQUEST, force_provider=forced), sleeper=Sleeps())
+    assert routed.result.status in {"fallback", "error"}
+    assert routed.metadata.attempts[0].reason == reason
+    row = Attempt.objects.get()
+    assert (row.provider, row.outcome, row.reason) == (forced, "skipped", reason)
+
+
+@pytest.mark.django_db
+def test_retry_after_zero_retries_at_once(two: type[ScriptedProvider]) -> None:
+    two.scripts["a"] = [RateLimitError(http_status=429, retry_after=0), "ok"]
+    sleeps = Sleeps()
+    routed = route(REQUEST, sleeper=sleeps)
+    assert routed.result.provider == "a" and routed.result.ok
+    assert sleeps == [0.0]
+    assert Attempt.objects.get().retries == 1
+
+
+@pytest.mark.django_db
+@override_settings(LLM_ROUTING={"MAX_ATTEMPTS": 0})
+def test_a_forced_call_with_no_budget_left_records_no_retries(
+    two: type[ScriptedProvider],
+) -> None:
+    routed = route(replace(REQUEST, force_provider="a"), sleeper=Sleeps())
+    assert two.calls == []  # nothing was sent
+    assert routed.result.error is not None and routed.result.error.category == "timeout"
+    assert (routed.result.retries, routed.result.upstream_requests) == (0, 0)
+    assert 0.0 <= routed.result.latency_ms < 1000.0
+    row = Attempt.objects.get()
+    assert (row.outcome, row.retries) == ("error", 0)
+    assert 0.0 <= row.latency_ms < 1000.0
+
+
+def test_an_exhausted_budget_result_reports_zero_retries_and_its_own_latency() -> None:
+    adapter = ScriptedProvider(
+        ProviderConfig(name="a", kind="scripted", model="m", api_key_env="", max_retries=3)
+    )
+    spent = Budget(deadline_s=60.0, max_attempts=1)
+    spent.take()
+    before = time.perf_counter()
+    out = call_with_retries(adapter, REQUEST, budget=spent, sleeper=Sleeps())
+    elapsed_ms = (time.perf_counter() - before) * 1000
+    assert out.error is not None and out.error.category == "timeout"
+    assert (out.retries, out.upstream_requests) == (0, 0)
+    assert isinstance(out.latency_ms, float) and 0.0 <= out.latency_ms <= elapsed_ms
+
+
+def test_the_mock_ignores_a_spent_budget_and_reports_no_retries() -> None:
+    spent = Budget(deadline_s=60.0, max_attempts=0)
+    out = call_with_retries(
+        MockProvider(ProviderConfig(name="mock", kind="mock", model="m", mode="mock")),
+        REQUEST,
+        budget=spent,
+    )
+    assert out.ok and (out.retries, out.upstream_requests) == (0, 0)
+
+
+# --- router: the stream's end event -------------------------------------------------------
+
+
+def stream(request: AuditRequest, mode: str | None = None) -> tuple[str, Any]:
+    events = list(route_stream(request, stream_mode=mode, sleeper=Sleeps()))
+    assert all(isinstance(e, StreamChunk) for e in events[:-1])
+    text = "".join(e.text for e in events if isinstance(e, StreamChunk))
+    return text, events[-1]
+
+
+@pytest.mark.django_db
+def test_an_adapter_bug_mid_stream_ends_in_a_failure_not_a_clean_result(
+    two: type[ScriptedProvider],
+) -> None:
+    two.streams["a"] = [["one ", "two ", RuntimeError("adapter bug")]]
+    text, last = stream(replace(REQUEST, stream=True))
+    assert text == "one two "
+    assert isinstance(last, StreamFailure)
+    assert last.partial is True
+    assert last.error.category == "response" and "RuntimeError" in last.error.message
+    decision = RoutingDecision.objects.get()
+    assert decision.status == "error"
+    row = decision.attempts.get()
+    assert (row.outcome, row.partial, row.served, row.error_category) == (
+        "error",
+        True,
+        False,
+        "response",
+    )
+
+
+@pytest.mark.django_db
+def test_a_continuation_that_fails_mid_stream_reports_the_original_failure(
+    two: type[ScriptedProvider],
+) -> None:
+    two.streams["a"] = [["The quick ", NetworkError("reset")]]
+    two.streams["b"] = [["brown ", UnavailableError("gone", http_status=503)]]
+    text, last = stream(replace(REQUEST, stream=True), "continuation")
+    assert text == "The quick brown "
+    assert isinstance(last, StreamFailure) and last.partial is True
+    assert last.error.category == "network"  # a's failure, never b's
+    assert last.routed.result.error is not None
+    assert last.routed.result.error.category == "network"
+    rows = list(
+        RoutingDecision.objects.get().attempts.values_list(
+            "provider", "outcome", "partial", "error_category"
+        )
+    )
+    assert rows == [("a", "error", True, "network"), ("b", "error", True, "unavailable")]
+
+
+@pytest.mark.django_db
+def test_a_continuation_refused_before_its_first_chunk_reports_the_original(
+    two: type[ScriptedProvider],
+) -> None:
+    two.streams["a"] = [["The quick ", NetworkError("reset")]]
+    two.streams["b"] = [[InvalidRequestError("no prefill", http_status=400)]]
+    text, last = stream(replace(REQUEST, stream=True), "continuation")
+    assert text == "The quick "
+    assert isinstance(last, StreamFailure) and last.error.category == "network"
+    assert last.routed.result.error is not None
+    assert last.routed.result.error.category == "network"
+    assert isinstance(last, StreamFailure) and not isinstance(last, StreamResult)
