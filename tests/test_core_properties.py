@@ -210,6 +210,7 @@ ERRORS = st.sampled_from(
 )
 @PROPERTY
 def test_retries_never_sleep_past_the_deadline(
+    scripted: type[ScriptedProvider],
     failures: list[ProviderError],
     deadline: float,
     max_attempts: int,
@@ -224,8 +225,10 @@ def test_retries_never_sleep_past_the_deadline(
     adapter = KeylessScriptedProvider(
         ProviderConfig(name="a", kind="scripted_keyless", model="m", max_retries=max_retries)
     )
-    KeylessScriptedProvider.scripts = {"a": [*failures, "ok"]}
-    KeylessScriptedProvider.calls = []
+    # Set on the base class: the keyless kind shares its scripts (and the ``scripted``
+    # fixture of later tests resets them).
+    ScriptedProvider.scripts = {"a": [*failures, "ok"]}
+    ScriptedProvider.calls = []
     starts: list[float] = []
     original = adapter.complete
 
