@@ -7,6 +7,7 @@ behaviour changes, whatever the code change that caused it.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterator
 from dataclasses import replace
@@ -518,3 +519,96 @@ def test_a_continuation_refused_before_its_first_chunk_reports_the_original(
     assert last.routed.result.error is not None
     assert last.routed.result.error.category == "network"
     assert isinstance(last, StreamFailure) and not isinstance(last, StreamResult)
+
+
+# --- breaker: what operators read ---------------------------------------------------------
+
+
+def test_the_health_view_of_an_open_circuit_in_utc(clock: FakeClock) -> None:
+    clock.now = 1_900_000_000.0  # 2030-03-17T17:46:40Z
+    for _ in range(3):
+        fail()
+    assert health(clock) == {
+        "state": OPEN,
+        "consecutive_failures": 3,
+        "cooldown_step": 1,
+        "open_until": "2030-03-17T17:46:41.000+00:00",
+        "last_success_at": None,
+        "last_error_at": "2030-03-17T17:46:40.000+00:00",
+        "last_error_category": "unavailable",
+        "last_http_status": 503,
+    }
+
+
+@pytest.mark.django_db
+def test_circuits_per_provider_list_the_row_model_then_overrides_by_name(
+    clock: FakeClock,
+) -> None:
+    from llm_routing.models import Chain, ChainEntry
+
+    row = make_provider("p1", kind="openai", model="base")
+    for position, model in enumerate(["z-model", "a-model", "m-model"]):
+        chain = Chain.objects.create(name=f"c{position}")
+        ChainEntry.objects.create(chain=chain, provider=row, position=0, model=model)
+    circuits = breaker.store.for_providers([row])["p1"]
+    assert [c.model for c in circuits] == ["base", "a-model", "m-model", "z-model"]
+
+
+def test_an_operator_reset_also_frees_a_held_probe_slot(clock: FakeClock) -> None:
+    for _ in range(3):
+        fail()
+    clock.advance(1.0)
+    assert breaker.allow(CONFIG)  # a probe is out when the operator resets
+    breaker.store.reset("primary", "gpt-x")
+    for _ in range(3):
+        fail()
+    clock.advance(1.0)
+    assert breaker.allow(CONFIG)  # the new half-open period has its own probe
+    assert breaker.is_probe(CONFIG)
+
+
+def test_an_operator_reset_is_logged_with_the_circuit(
+    clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="llm_routing.breaker")
+    breaker.store.reset("primary", "gpt-x")
+    assert [r.getMessage() for r in caplog.records] == [
+        "Circuit primary/gpt-x reset by an operator."
+    ]
+
+
+def test_with_the_cache_down_a_reset_of_a_clean_circuit_works(
+    clock: FakeClock, cache_down: Monotonic
+) -> None:
+    breaker.store.reset("primary", "gpt-x")  # nothing stored locally: still no error
+    assert breaker.allow(CONFIG)
+
+
+def test_a_dead_cache_is_tried_once_per_retry_interval_and_logged_once(
+    clock: FakeClock,
+    cache_down: Monotonic,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    tries: list[float] = []
+    check = BrokenCache._check
+
+    def counted(self: BrokenCache) -> None:
+        tries.append(cache_down.now)
+        check(self)
+
+    monkeypatch.setattr(BrokenCache, "_check", counted)
+    caplog.set_level(logging.WARNING, logger="llm_routing.breaker")
+    for _ in range(5):
+        assert breaker.allow(CONFIG)
+    assert len(tries) == 1
+    cache_down.now += breaker.CACHE_RETRY_S - 0.1
+    assert breaker.allow(CONFIG)
+    assert len(tries) == 1
+    cache_down.now += 0.1
+    assert breaker.allow(CONFIG)
+    assert len(tries) == 2
+    assert [r.getMessage() for r in caplog.records] == [
+        "Circuit cache 'broken' failed (ConnectionError); using process-local circuit "
+        "state until it answers again."
+    ]
