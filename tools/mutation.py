@@ -81,7 +81,16 @@ MODULES: dict[str, tuple[str, list[str]]] = {
     ),
 }
 
-PYTEST_ARGS = ["-m", "not services and not live and not slow", "-p", "no:cacheprovider"]
+PYTEST_ARGS = [
+    "-m",
+    "not services and not live and not slow",
+    "-p",
+    "no:cacheprovider",
+    # An HTTP-date Retry-After has 1 s resolution and is read back against the wall
+    # clock: under mutmut's tracer on a loaded machine the test's 1 s slack runs out.
+    "--deselect",
+    "tests/test_resilience_retry.py::test_retry_after_is_honoured_up_to_the_cap[fault_kwargs2-4.0]",
+]
 
 # mutmut's exit codes per mutant (mutmut/stats.py); None means not checked yet.
 KILLED = {1, 3, 37}
@@ -275,7 +284,9 @@ def run_module(
     )
     survivors = sorted(k for k, v in checked.items() if v not in KILLED | TIMEOUT | SKIPPED)
     (work / "survivors.txt").write_text("".join(s + "\n" for s in survivors))
-    note = f", stopped after {budget:.0f} s: {len(checked)} of {len(exits)} checked" * stopped
+    note = (
+        f", stopped at the time budget: {len(checked)} of {len(exits)} checked" if stopped else ""
+    )
     print(
         f"{path}: {score.score:.1f} % ({killed + timeout} of {tested} killed, "
         f"{score.survived} survived, {no_tests} reached by no test) in {seconds:.0f} s{note}",
@@ -293,6 +304,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-children", type=int, default=2, help="parallel mutant workers")
     parser.add_argument("--time-budget", type=float, help="seconds for the whole run")
     parser.add_argument(
+        "--function",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="only this function (x_resolve) or method (x\u01c1Class\u01c1name); repeatable",
+    )
+    parser.add_argument(
         "--resume",
         action="store_true",
         help="keep the last run's results: rerun only survivors and unchecked mutants "
@@ -308,7 +326,7 @@ def main(argv: list[str] | None = None) -> int:
     results: list[Score] = []
     failed: list[str] = []
     for name in args.modules or list(MODULES):
-        functions = None
+        functions = args.function or None
         if args.changed_since:
             functions = changed_functions(MODULES[name][0], args.changed_since)
             if functions == []:
