@@ -17,7 +17,7 @@ from django.test import override_settings
 
 from llm_routing.errors import RateLimitError, UnavailableError
 from llm_routing.resilience import retry
-from llm_routing.resilience.budget import Budget
+from llm_routing.resilience.budget import MIN_ATTEMPT_S, Budget
 from llm_routing.resilience.retry import call_with_retries
 from llm_routing.types import AuditRequest, ProviderConfig, ProviderResult
 
@@ -188,3 +188,16 @@ def test_each_retry_is_logged_with_its_reason_number_and_wait(
         "Retrying a after unavailable (retry 1, sleeping 0.125s)",
         "Retrying a after unavailable (retry 2, sleeping 0.250s)",
     ]
+
+
+def test_the_budget_allows_an_attempt_with_exactly_the_minimum_time_left() -> None:
+    now = [0.0]
+    budget = Budget(deadline_s=MIN_ATTEMPT_S, max_attempts=2, clock=lambda: now[0])
+    assert budget.remaining() == MIN_ATTEMPT_S
+    assert budget.can_start()  # exactly MIN_ATTEMPT_S left is enough
+    assert budget.can_wait(0.0)  # and a zero wait still leaves it
+    assert not budget.can_wait(0.001)
+    assert budget.timeout_for(30.0) == MIN_ATTEMPT_S  # clamped to what is left
+    now[0] = 1.0
+    assert budget.remaining() == 0.0 and budget.timeout_for(30.0) == 0.0
+    assert not budget.can_start()
