@@ -612,3 +612,64 @@ def test_a_dead_cache_is_tried_once_per_retry_interval_and_logged_once(
         "Circuit cache 'broken' failed (ConnectionError); using process-local circuit "
         "state until it answers again."
     ]
+
+
+# --- router: what a finished stream reports -------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_a_clean_stream_reports_its_finish_reason_model_and_usage(
+    two: type[ScriptedProvider],
+) -> None:
+    two.streams["a"] = [["Hel", "lo", "END"]]
+    _text, last = stream(replace(REQUEST, stream=True))
+    assert isinstance(last, StreamResult)
+    result = last.routed.result
+    assert (result.output, result.finish_reason, result.model) == ("Hello", "stop", "a-model")
+    assert (result.usage.input_tokens, result.usage.output_tokens) == (2, 3)
+    assert last.routed.metadata.fallback_used is False
+
+
+@pytest.mark.django_db
+def test_a_continued_stream_is_a_fallback_for_continuation(two: type[ScriptedProvider]) -> None:
+    two.streams["a"] = [["The quick ", NetworkError("reset")]]
+    two.streams["b"] = [["fox.", "END"]]
+    _text, last = stream(replace(REQUEST, stream=True), "continuation")
+    assert isinstance(last, StreamResult)
+    meta = last.routed.metadata
+    assert (meta.fallback_used, meta.fallback_reason) == (True, "continuation")
+    assert (last.routed.result.provider, last.routed.result.model) == ("b", "b-model")
+    decision = RoutingDecision.objects.get()
+    assert (decision.fallback_reason, decision.selected_provider) == ("continuation", "b")
+
+
+@pytest.mark.django_db
+def test_a_continuation_goes_to_a_later_usable_prefill_candidate(
+    scripted: type[ScriptedProvider], key_env: str
+) -> None:
+    early = make_provider("early", supports_streaming=True, supports_prefill=True)
+    a = make_provider("a", supports_streaming=True, max_retries=0)
+    off = make_provider("off", supports_streaming=True, supports_prefill=True, enabled=False)
+    plain = make_provider("plain", supports_streaming=True)
+    c = make_provider("c", supports_streaming=True, supports_prefill=True)
+    make_chain("main", [early, a, off, plain, c], is_default=True)
+    scripted.streams["early"] = [[UnavailableError(http_status=503)]]
+    scripted.streams["a"] = [["Once ", NetworkError("reset")]]
+    scripted.streams["c"] = [["upon a time.", "END"]]
+    text, last = stream(replace(REQUEST, stream=True), "continuation")
+    assert text == "Once upon a time."
+    assert isinstance(last, StreamResult) and last.routed.result.provider == "c"
+    # the failed "early" is before the cut and never continues; "off" is disabled,
+    # "plain" declares no prefill support
+    assert [p for p in scripted.prefills if p[1]] == [("c", "Once ")]
+
+
+@pytest.mark.django_db
+def test_a_mid_stream_failure_shows_in_the_providers_health(
+    two: type[ScriptedProvider], clock: FakeClock
+) -> None:
+    two.streams["a"] = [["one ", NetworkError("reset")]]
+    _text, last = stream(replace(REQUEST, stream=True))
+    assert isinstance(last, StreamFailure)
+    view = breaker.store.load("a", "a-model").health(clock())
+    assert (view["last_error_category"], view["consecutive_failures"]) == ("network", 1)
