@@ -673,3 +673,57 @@ def test_a_mid_stream_failure_shows_in_the_providers_health(
     assert isinstance(last, StreamFailure)
     view = breaker.store.load("a", "a-model").health(clock())
     assert (view["last_error_category"], view["consecutive_failures"]) == ("network", 1)
+
+
+# --- breaker: the state machine's edges -----------------------------------------------------
+
+POLICY = Policy()
+T0 = 1_900_000_000.0
+
+
+def test_a_failed_probe_restarts_the_quiet_window(clock: FakeClock) -> None:
+    for _ in range(3):
+        fail()  # opened at T0 for 1 s
+    clock.advance(59.0)
+    fail()  # the probe fails at T0 + 59: open again, next ladder step (2 s)
+    clock.advance(2.0)
+    assert breaker.allow(CONFIG)
+    breaker.observe(CONFIG, result(True))  # T0 + 61: only 2 s after the last failure
+    assert health(clock)["cooldown_step"] == 2  # not quiet yet: the ladder is kept
+    for _ in range(3):
+        fail()
+    clock.advance(4.9)
+    assert phase(clock) == OPEN  # the third step: 5 s
+    clock.advance(0.1)
+    assert phase(clock) == HALF_OPEN
+
+
+def test_a_late_short_429_does_not_extend_an_open_circuit(clock: FakeClock) -> None:
+    for _ in range(3):
+        fail()
+    short_429 = RateLimitError(http_status=429, retry_after=3.0).to_info()
+    breaker.observe(CONFIG, result(False, short_429))  # a call that began before it opened
+    assert health(clock)["open_until"] == breaker._iso(clock() + 1.0)
+    clock.advance(1.0)
+    assert phase(clock) == HALF_OPEN
+
+
+def test_a_failure_reported_without_probe_flag_is_not_the_probe() -> None:
+    c = breaker.Circuit("p", "m")
+    for _ in range(3):
+        c = breaker.on_failure(c, T0, POLICY, UNAVAILABLE)
+    assert c.phase(T0 + 1.0) == HALF_OPEN
+    stray = breaker.on_failure(c, T0 + 1.0, POLICY, UNAVAILABLE)  # probe defaults to False
+    assert stray.phase(T0 + 1.0) == HALF_OPEN and stray.level == 1
+
+
+def test_a_late_probes_client_error_leaves_a_closed_circuits_count_alone() -> None:
+    c = breaker.Circuit("p", "m")
+    c = breaker.on_failure(c, T0, POLICY, UNAVAILABLE)
+    c = breaker.on_failure(c, T0, POLICY, UNAVAILABLE)
+    after = breaker.on_failure(c, T0 + 1.0, POLICY, BAD_REQUEST, probe=True)
+    assert after.failures == 2 and after.last_http_status == 400
+
+
+def test_a_fresh_store_is_not_degraded(clock: FakeClock) -> None:
+    assert breaker.store.degraded is False
