@@ -727,3 +727,14 @@ def test_a_late_probes_client_error_leaves_a_closed_circuits_count_alone() -> No
 
 def test_a_fresh_store_is_not_degraded(clock: FakeClock) -> None:
     assert breaker.store.degraded is False
+
+
+def test_a_late_long_429_never_shortens_an_open_period(clock: FakeClock) -> None:
+    long_429 = RateLimitError(http_status=429, retry_after=100.0).to_info()
+    fail(error=long_429)  # open for 100 s at once
+    shorter = RateLimitError(http_status=429, retry_after=10.0).to_info()
+    breaker.observe(CONFIG, result(False, shorter))  # a call that began before it opened
+    clock.advance(99.9)
+    assert phase(clock) == OPEN
+    clock.advance(0.1)
+    assert phase(clock) == HALF_OPEN
