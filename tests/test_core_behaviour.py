@@ -738,3 +738,64 @@ def test_a_late_long_429_never_shortens_an_open_period(clock: FakeClock) -> None
     assert phase(clock) == OPEN
     clock.advance(0.1)
     assert phase(clock) == HALF_OPEN
+
+
+def test_the_operator_log_of_a_circuits_life(
+    clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="llm_routing.breaker")
+    for _ in range(3):
+        fail()
+    clock.advance(1.0)
+    fail()  # the probe fails
+    clock.advance(2.0)
+    assert breaker.allow(CONFIG)
+    breaker.observe(CONFIG, result(True))
+    assert [r.getMessage() for r in caplog.records] == [
+        "Circuit primary/gpt-x opened for 1.0s after unavailable (step 1).",
+        "Circuit primary/gpt-x half-open: this call is the probe.",
+        "Circuit primary/gpt-x opened for 2.0s after unavailable (step 2).",
+        "Circuit primary/gpt-x half-open: this call is the probe.",
+        "Circuit primary/gpt-x closed: the provider answered.",
+    ]
+
+
+def test_an_unreadable_record_reads_as_a_fresh_circuit_of_that_provider(
+    clock: FakeClock,
+) -> None:
+    from django.core.cache import caches
+
+    caches["default"].set(breaker._key("primary", "gpt-x"), {"state": "open", "failures": "x"})
+    circuit = breaker.store.load("primary", "gpt-x")
+    assert circuit == breaker.Circuit("primary", "gpt-x")
+    caches["default"].set(breaker._key("primary", "gpt-x"), {"state": "closed", "bogus": 1})
+    assert breaker.store.load("primary", "gpt-x") == breaker.Circuit("primary", "gpt-x")
+
+
+def test_a_failed_result_without_error_details_counts_as_a_response_error(
+    clock: FakeClock,
+) -> None:
+    bare = ProviderResult(
+        provider="primary", model="gpt-x", mode="error", status="error", upstream_requests=1
+    )
+    breaker.observe(CONFIG, bare)
+    assert health(clock)["last_error_category"] == "response"
+
+
+def test_a_recovered_cache_clears_the_degraded_flag(
+    clock: FakeClock,
+    cache_down: Monotonic,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    assert breaker.allow(CONFIG)
+    assert breaker.store.degraded is True
+    monkeypatch.setattr(BrokenCache, "broken", False)
+    cache_down.now += breaker.CACHE_RETRY_S
+    caplog.set_level(logging.WARNING, logger="llm_routing.breaker")
+    caplog.clear()
+    assert breaker.allow(CONFIG)
+    assert breaker.store.degraded is False
+    assert [r.getMessage() for r in caplog.records] == [
+        "Circuit cache is reachable again; using shared state."
+    ]
