@@ -799,3 +799,15 @@ def test_a_recovered_cache_clears_the_degraded_flag(
     assert [r.getMessage() for r in caplog.records] == [
         "Circuit cache is reachable again; using shared state."
     ]
+
+
+def test_a_late_failure_while_open_logs_no_new_opening(
+    clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    for _ in range(3):
+        fail()
+    caplog.set_level(logging.INFO, logger="llm_routing.breaker")
+    caplog.clear()
+    breaker.observe(CONFIG, result(False))  # a call that began before it opened
+    assert caplog.records == []
+    assert health(clock)["consecutive_failures"] == 4
