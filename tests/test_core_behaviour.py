@@ -811,3 +811,22 @@ def test_a_late_failure_while_open_logs_no_new_opening(
     breaker.observe(CONFIG, result(False))  # a call that began before it opened
     assert caplog.records == []
     assert health(clock)["consecutive_failures"] == 4
+
+
+def test_invalid_breaker_settings_name_the_problem() -> None:
+    with (
+        override_settings(LLM_ROUTING={"BREAKER_COOLDOWNS_S": ["soon"]}),
+        pytest.raises(ImproperlyConfigured) as bad_type,
+    ):
+        Policy.from_settings()
+    assert str(bad_type.value).startswith("LLM_ROUTING breaker settings are invalid: ")
+    assert "soon" in str(bad_type.value)
+    with (
+        override_settings(LLM_ROUTING={"BREAKER_COOLDOWN_MAX_S": 0}),
+        pytest.raises(ImproperlyConfigured) as out_of_range,
+    ):
+        Policy.from_settings()
+    assert str(out_of_range.value) == (
+        "LLM_ROUTING: BREAKER_FAILURE_THRESHOLD must be >= 1 and BREAKER_COOLDOWNS_S "
+        "a non-empty list of positive seconds (BREAKER_COOLDOWN_MAX_S positive)."
+    )
