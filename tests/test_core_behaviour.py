@@ -830,3 +830,98 @@ def test_invalid_breaker_settings_name_the_problem() -> None:
         "LLM_ROUTING: BREAKER_FAILURE_THRESHOLD must be >= 1 and BREAKER_COOLDOWNS_S "
         "a non-empty list of positive seconds (BREAKER_COOLDOWN_MAX_S positive)."
     )
+
+
+# --- router: stream details a client sees ---------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_stream_chunks_name_the_serving_provider_and_model(
+    two: type[ScriptedProvider], key_env: str
+) -> None:
+    two.streams["a"] = [["Hel", "lo", "END"]]
+    events = list(route_stream(replace(REQUEST, stream=True), request_id="rid-17"))
+    chunks = [e for e in events if isinstance(e, StreamChunk)]
+    assert [(c.text, c.provider, c.model) for c in chunks] == [
+        ("Hel", "a", "a-model"),
+        ("lo", "a", "a-model"),
+    ]
+    last = events[-1]
+    assert isinstance(last, StreamResult) and last.routed.request_id == "rid-17"
+    assert two.calls == [("a", key_env)]  # the key read at call time reaches the stream
+
+
+@pytest.mark.django_db
+def test_a_stream_retry_before_the_first_chunk_uses_the_given_sleeper(
+    two: type[ScriptedProvider],
+) -> None:
+    two.streams["a"] = [[UnavailableError(http_status=503)], ["ok", "END"]]
+    sleeps = Sleeps()
+    events = list(route_stream(replace(REQUEST, stream=True), sleeper=sleeps))
+    assert isinstance(events[-1], StreamResult) and events[-1].routed.result.provider == "a"
+    assert len(sleeps) == 1
+
+
+@pytest.mark.django_db
+def test_an_empty_stream_fails_over_before_the_commit_point(
+    two: type[ScriptedProvider],
+) -> None:
+    two.streams["a"] = [[]]  # the body ends before any event
+    two.streams["b"] = [["from b", "END"]]
+    text, last = stream(replace(REQUEST, stream=True))
+    assert text == "from b"
+    assert isinstance(last, StreamResult) and last.routed.result.provider == "b"
+
+
+@pytest.mark.django_db
+def test_a_forced_empty_stream_reports_why(two: type[ScriptedProvider]) -> None:
+    two.streams["a"] = [[]]
+    _text, last = stream(replace(REQUEST, stream=True, force_provider="a"))
+    assert isinstance(last, StreamResult)
+    assert last.routed.result.error is not None
+    assert last.routed.result.error.message == "The stream ended before it finished."
+
+
+@pytest.mark.django_db
+def test_a_stream_cut_without_an_end_says_so(
+    two: type[ScriptedProvider], caplog: pytest.LogCaptureFixture
+) -> None:
+    two.streams["a"] = [["half"]]
+    _text, last = stream(replace(REQUEST, stream=True))
+    assert isinstance(last, StreamFailure)
+    assert last.error.message == "The stream was cut before it finished."
+    two.streams["a"] = [["half", KeyError("bug")]]
+    caplog.set_level(logging.ERROR, logger="llm_routing.router")
+    _text, last = stream(replace(REQUEST, stream=True))
+    assert isinstance(last, StreamFailure)
+    assert last.error.message == "The stream failed (KeyError)."
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert errors == ["Stream adapter raised KeyError"]
+
+
+@pytest.mark.django_db
+def test_a_stream_error_result_keeps_its_fallback_reason_and_is_recorded(
+    two: type[ScriptedProvider],
+) -> None:
+    from llm_routing.errors import ContentPolicyError
+
+    two.streams["a"] = [[UnavailableError(http_status=503)]]
+    two.streams["b"] = [[ContentPolicyError("no", http_status=400)]]
+    _text, last = stream(replace(REQUEST, stream=True))
+    assert isinstance(last, StreamResult) and last.routed.result.status == "error"
+    assert last.routed.metadata.fallback_reason == "unavailable"
+    assert RoutingDecision.objects.get().fallback_reason == "unavailable"
+
+
+@pytest.mark.django_db
+def test_forcing_the_mock_streams_the_mock(two: type[ScriptedProvider]) -> None:
+    text, last = stream(replace(REQUEST, stream=True, force_provider="mock"))
+    assert isinstance(last, StreamResult) and last.routed.result.provider == "mock"
+    assert text.startswith("[mock]")
+
+
+@pytest.mark.django_db
+def test_a_forced_attempt_records_the_providers_own_model(two: type[ScriptedProvider]) -> None:
+    routed = route(replace(REQUEST, force_provider="a"), sleeper=Sleeps())
+    assert routed.result.model == "a-model"
+    assert Attempt.objects.get().model == "a-model"
