@@ -925,3 +925,79 @@ def test_a_forced_attempt_records_the_providers_own_model(two: type[ScriptedProv
     routed = route(replace(REQUEST, force_provider="a"), sleeper=Sleeps())
     assert routed.result.model == "a-model"
     assert Attempt.objects.get().model == "a-model"
+
+
+@pytest.mark.django_db
+def test_a_mid_stream_failure_is_recorded_with_its_details(two: type[ScriptedProvider]) -> None:
+    two.streams["a"] = [["one ", UnavailableError("gone", http_status=503)]]
+    _text, last = stream(replace(REQUEST, stream=True))
+    assert isinstance(last, StreamFailure)
+    result = last.routed.result
+    assert (result.mode, result.status, result.output) == ("error", "error", "one ")
+    row = Attempt.objects.get()
+    assert (row.reason, row.error_category, row.http_status, row.transient) == (
+        "unavailable",
+        "unavailable",
+        503,
+        True,
+    )
+
+
+@pytest.mark.django_db
+def test_a_continued_streams_cut_attempt_is_recorded_with_its_details(
+    two: type[ScriptedProvider],
+) -> None:
+    two.streams["a"] = [["one ", UnavailableError("gone", http_status=503)]]
+    two.streams["b"] = [["two", "END"]]
+    text, last = stream(replace(REQUEST, stream=True), "continuation")
+    assert text == "one two" and isinstance(last, StreamResult)
+    rows = list(
+        Attempt.objects.values_list(
+            "provider", "reason", "error_category", "http_status", "transient", "partial"
+        )
+    )
+    assert rows == [
+        ("a", "unavailable", "unavailable", 503, True, True),
+        ("b", "", "", None, False, False),
+    ]
+
+
+@pytest.mark.django_db
+def test_every_fallback_is_announced_with_request_provider_and_reason(
+    scripted: type[ScriptedProvider], key_env: str
+) -> None:
+    from llm_routing.signals import on_provider_fallback
+
+    rows = [make_provider("off", enabled=False), make_provider("a"), make_provider("b")]
+    make_chain("main", rows, is_default=True)
+    scripted.scripts["a"] = [UnavailableError(http_status=503)]
+    heard: list[tuple[Any, ...]] = []
+
+    def receiver(sender: Any, **kw: Any) -> None:
+        heard.append((kw["request_id"], kw["provider"], kw["reason"]))
+
+    on_provider_fallback.connect(receiver)
+    try:
+        routed = route(REQUEST, request_id="rid-f", sleeper=Sleeps())
+    finally:
+        on_provider_fallback.disconnect(receiver)
+    assert routed.result.provider == "b"
+    assert heard == [("rid-f", "off", "disabled"), ("rid-f", "a", "unavailable")]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("skip_first", "reason"), [(False, None), (True, "disabled")])
+def test_a_permanent_error_is_a_fallback_only_after_an_earlier_candidate(
+    scripted: type[ScriptedProvider], key_env: str, skip_first: bool, reason: str | None
+) -> None:
+    from llm_routing.errors import ContentPolicyError
+
+    rows = [make_provider("a"), make_provider("b")]
+    if skip_first:
+        rows.insert(0, make_provider("off", enabled=False))
+    make_chain("main", rows, is_default=True)
+    scripted.scripts["a"] = [ContentPolicyError("no", http_status=400)]
+    routed = route(REQUEST, sleeper=Sleeps())
+    assert routed.result.status == "error" and routed.result.provider == "a"
+    assert routed.metadata.fallback_reason == reason
+    assert routed.metadata.fallback_used is (reason is not None)
