@@ -10,6 +10,10 @@ installs the session's Django over the pin. Interpreters are found on PATH
 (``python3.13``) or, failing that, in pyenv's versions directory; ``NOX_PYTHON_3_13``
 (any ``NOX_PYTHON_<major>_<minor>``) names one explicitly.
 
+``nox -s mutation`` (not part of the default sessions: it takes a long time) runs mutation
+testing of the routing core, tools/mutation.py, with its arguments after ``--``
+(docs/testing.md).
+
 The package index used here carries no Django 6 release yet, so the Python 3.13
 session runs Django 5.2 too: when Django 6 is available, change its entry in MATRIX to
 "6.0" (pyproject already allows Django < 7).
@@ -75,3 +79,11 @@ def tests(session: nox.Session, django: str) -> None:
     session.install(f"Django~={django}.0")
     session.run("python", "-c", "import django, sys; print(sys.version, django.get_version())")
     session.run("python", "-m", "pytest", "-m", "not services and not live", *session.posargs)
+
+
+@nox.session(python=interpreter("3.11"), default=False)
+def mutation(session: nox.Session) -> None:
+    """Mutation testing of the routing core (mutmut): ``nox -s mutation -- [modules]
+    [--changed-since REF] [--check] [--max-children N] [--time-budget S]``."""
+    session.install("-r", "requirements-dev.txt")
+    session.run("python", "tools/mutation.py", *session.posargs)
