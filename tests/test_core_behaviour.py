@@ -390,7 +390,7 @@ def test_a_request_naming_a_chain_walks_that_chain(two: type[ScriptedProvider]) 
     routed = route(request, sleeper=Sleeps())
     assert routed.result.provider == "c"
     assert routed.metadata.chain_name == "alt"
-    assert routed.metadata.router_mode == "explicit"
+    assert routed.metadata.router_mode == "chain"  # a chain named directly is its own mode
     assert RoutingDecision.objects.get().chain_name == "alt"
 
 
@@ -424,11 +424,14 @@ def test_a_forced_call_with_no_budget_left_records_no_retries(
 ) -> None:
     routed = route(replace(REQUEST, force_provider="a"), sleeper=Sleeps())
     assert two.calls == []  # nothing was sent
-    assert routed.result.error is not None and routed.result.error.category == "timeout"
+    assert routed.result.error is not None and routed.result.error.category == "budget_exhausted"
     assert (routed.result.retries, routed.result.upstream_requests) == (0, 0)
     assert 0.0 <= routed.result.latency_ms < 1000.0
     row = Attempt.objects.get()
-    assert (row.outcome, row.retries) == ("error", 0)
+    assert (row.outcome, row.retries) == (
+        "skipped",
+        0,
+    )  # forced calls draw on the budget: a recorded skip
     assert 0.0 <= row.latency_ms < 1000.0
 
 
