@@ -36,6 +36,7 @@ from .resilience.budget import Budget
 from .resilience.retry import Invoke, call_with_retries
 from .signals import after_provider_result, before_provider_call, on_provider_fallback, send
 from .types import (
+    CAPABILITIES,
     MOCK_PROVIDER_NAME,
     AttemptRecord,
     AuditRequest,
@@ -53,9 +54,11 @@ from .types import (
     StreamFailure,
     StreamResult,
     StreamToolCallDelta,
+    ToolCall,
+    ToolCallDelta,
 )
 
-__all__ = ["STREAM_MODES", "Plan", "resolve", "route", "route_stream"]
+__all__ = ["STREAM_MODES", "Plan", "missing_capability", "resolve", "route", "route_stream"]
 
 logger = logging.getLogger("llm_routing.router")
 
@@ -73,6 +76,7 @@ class Plan:
     requested_provider: str | None = None
     configured: bool = True  # False when nothing but the mock backstop was found
     stream_mode: str = "direct"  # the chain's mid-stream failure policy
+    backstop: bool = True  # whether the mock backstop ends the candidates
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -115,6 +119,7 @@ def resolve(request: AuditRequest) -> Plan:
         )
     fallbacks: list[tuple[str, str]] = []
     stream_mode = "direct"
+    chain_backstop = False  # the chain's own opt-in (Chain.mock_backstop)
     chain_name: str | None = None
     rule_name: str | None = None
     mode: RouterMode = "default"
@@ -124,10 +129,12 @@ def resolve(request: AuditRequest) -> Plan:
     if named is not None:
         fallbacks = named.provider_names()
         chain_name, mode, stream_mode = named.name, "explicit", named.stream_mode
+        chain_backstop = named.mock_backstop
     elif rule is not None:
         fallbacks = rule.chain.provider_names()
         chain_name, rule_name, mode = rule.chain.name, rule.name, "rule"
         stream_mode = rule.chain.stream_mode
+        chain_backstop = rule.chain.mock_backstop
     elif request.route and request.route in routes:
         fallbacks = [(str(n), "") for n in routes[request.route]]
         chain_name = f"route:{request.route}"
@@ -135,6 +142,7 @@ def resolve(request: AuditRequest) -> Plan:
         fallbacks = default.provider_names()
         chain_name = default.name
         stream_mode = default.stream_mode
+        chain_backstop = default.mock_backstop
     elif routing_settings.DEFAULT_CHAIN:
         fallbacks = [(str(n), "") for n in routing_settings.DEFAULT_CHAIN]
         chain_name = "settings"
@@ -146,14 +154,16 @@ def resolve(request: AuditRequest) -> Plan:
     elif request.provider:
         entries.insert(0, (request.provider, ""))
         mode = "explicit"
+    backstop = request.backstop or chain_backstop
     return Plan(
         router_mode=mode,
-        candidates=_dedup_mock_last(entries, add_mock=True),
+        candidates=_dedup_mock_last(entries, add_mock=backstop),
         chain_name=chain_name,
         rule=rule_name,
         requested_provider=request.provider,
         configured=bool(entries),
         stream_mode=stream_mode,
+        backstop=backstop,
     )
 
 
@@ -165,6 +175,16 @@ def _mock_config(row: Provider | None) -> ProviderConfig:
     return ProviderConfig(
         name=MOCK_PROVIDER_NAME, kind="mock", model=routing_settings.MOCK_MODEL, mode="mock"
     )
+
+
+def missing_capability(adapter: BaseProvider, request: AuditRequest) -> str | None:
+    """The first capability the request needs that the provider lacks (in
+    :data:`~llm_routing.types.CAPABILITIES` order), or None when it can serve it."""
+    needed = request.required_capabilities
+    for capability in CAPABILITIES:
+        if capability in needed and not adapter.supports(capability):
+            return capability
+    return None
 
 
 def _skip_reason(
@@ -186,9 +206,7 @@ def _skip_reason(
         return "unknown_provider"
     if adapter.requires_key and not row.key_present:
         return "missing_key"
-    if request.response_schema is not None and not adapter.supports("structured_output"):
-        return "unsupported"
-    if request.stream and not adapter.supports("streaming"):
+    if missing_capability(adapter, request) is not None:
         return "unsupported"
     if budget is not None and not budget.can_start():
         # No time or attempts left for a real call: skipped, not a phantom attempt.
@@ -382,16 +400,26 @@ class _Session:
             if not _advances(result):
                 return result, first_reason if position > 0 else None
             send(on_provider_fallback, request_id=walk.request_id, provider=name, reason=category)
-        # Only reachable if the mock backstop itself failed (a broken custom mock kind).
-        exc = ResponseError("Every candidate failed, the mock backstop included.")
+        # Every candidate was skipped or failed: reachable when the plan has no mock
+        # backstop (``backstop=False``, e.g. /v1) or the backstop itself failed.
         last = walk.attempts[-1] if walk.attempts else None
+        if plan.backstop:
+            error = ResponseError("Every candidate failed, the mock backstop included.").to_info()
+        else:
+            error = ErrorInfo(
+                category="chain_exhausted",
+                message="Every candidate was skipped or failed, and this chain has no mock "
+                "backstop.",
+                http_status=503,
+                transient=True,
+            )
         return (
             ProviderResult(
-                provider=last.provider if last else MOCK_PROVIDER_NAME,
+                provider=last.provider if last else "",
                 model=last.model if last else "",
                 mode="error",
                 status="error",
-                error=exc.to_info(),
+                error=error,
             ),
             "chain_exhausted",
         )
@@ -517,7 +545,12 @@ def route_stream(
     outcome = _StreamOutcome()
     try:
         yield from _pump(live.pop(final.provider), delivered, outcome, session.walk.attempts[-1])
-        if outcome.failure is not None and mode == "continuation" and delivered:
+        if (
+            outcome.failure is not None
+            and mode == "continuation"
+            and delivered
+            and not outcome.tool_deltas  # a prefill cannot continue a half tool call
+        ):
             yield from _continue(session, opener, live, delivered, outcome)
     except GeneratorExit:
         outcome.failure = ResponseError("The client went away mid-stream.")
@@ -529,7 +562,7 @@ def route_stream(
         yield StreamResult(routed)
     else:
         info = (outcome.original or outcome.failure).to_info()
-        yield StreamFailure(error=info, partial=bool(delivered), routed=routed)
+        yield StreamFailure(error=info, partial=outcome.committed(delivered), routed=routed)
 
 
 @dataclass
@@ -538,7 +571,28 @@ class _StreamOutcome:
     failure: ProviderError | None = None
     original: ProviderError | None = None  # the first mid-stream failure (continuation)
     served_by: str | None = None
-    tool_fragments: int = 0  # tool-call fragments delivered (a commit point like text)
+    # Tool-call fragments delivered (a commit point like text), in order.
+    tool_deltas: list[ToolCallDelta] = field(default_factory=list)
+
+    def committed(self, delivered: list[str]) -> bool:
+        """Whether anything (text or a tool-call fragment) reached the caller."""
+        return bool(delivered) or bool(self.tool_deltas)
+
+    def tool_calls(self) -> tuple[ToolCall, ...]:
+        """The stream's tool calls: the adapter's assembled list from its StreamEnd,
+        else assembled here from the fragments that were delivered."""
+        if self.end is not None and self.end.tool_calls:
+            return self.end.tool_calls
+        calls: dict[int, dict[str, str]] = {}
+        for delta in self.tool_deltas:
+            call = calls.setdefault(delta.index, {"id": "", "name": "", "arguments": ""})
+            call["id"] = delta.id or call["id"]
+            call["name"] = delta.name or call["name"]
+            call["arguments"] += delta.arguments
+        return tuple(
+            ToolCall(id=c["id"], name=c["name"], arguments=c["arguments"] or "{}")
+            for _, c in sorted(calls.items())
+        )
 
 
 def _pump(
@@ -555,7 +609,7 @@ def _pump(
                 outcome.end = event
                 break
             if isinstance(event, StreamToolCallDelta):
-                outcome.tool_fragments += 1
+                outcome.tool_deltas.append(event.delta)
                 yield StreamChunk(
                     "", provider=served.provider, model=served.model, tool_call=event.delta
                 )
@@ -600,7 +654,7 @@ def _continue(
     for name in after:
         row = session.rows.get(name)
         adapter = _adapter_for(name, "", row)
-        if row is None or adapter is None or not row.supports_prefill:
+        if row is None or adapter is None or not adapter.supports("prefill"):
             continue
         if _skip_reason(name, row, adapter, session.request) is not None:
             continue
@@ -633,7 +687,7 @@ def _finish_stream(
             last,
             outcome="error",
             served=False,
-            partial=bool(delivered),
+            partial=outcome.committed(delivered),
             reason=failure.category,
             error_category=failure.category,
             http_status=failure.http_status,
@@ -649,6 +703,7 @@ def _finish_stream(
             output="".join(delivered),
             usage=(end.usage if end and end.usage else final.usage),
             finish_reason=end.finish_reason if end else None,
+            tool_calls=outcome.tool_calls(),
         )
         if outcome.served_by:
             fallback_reason = fallback_reason or "continuation"

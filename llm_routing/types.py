@@ -199,6 +199,10 @@ class AuditRequest:
     top_p: float | None = None
     seed: int | None = None
     user: str | None = None  # the end user's opaque id, passed to vendors that take one
+    # Whether the built-in mock backstop ends the chain. ``POST /audit/`` and the Python
+    # API keep it (their documented contract); ``/v1`` sets False so an exhausted chain
+    # is an error rather than a fake answer, unless the chain opts in (mock_backstop).
+    backstop: bool = True
 
     @property
     def conversation(self) -> tuple[Message, ...]:
@@ -389,6 +393,8 @@ class ProviderResult:
             "usage": self.usage.to_dict(),
             "latency_ms": round(self.latency_ms, 3),
             "error": self.error.to_dict() if self.error else None,
+            "tool_calls": [c.to_dict() for c in self.tool_calls],
+            "finish_reason": self.finish_reason,
         }
 
 
