@@ -159,9 +159,7 @@ def test_a_stream_cut_inside_a_tool_call_is_an_error_never_a_half_call(scripted,
         "main",
         [
             make_provider("a", supports_tools=True, supports_streaming=True, max_retries=0),
-            make_provider(
-                "b", supports_tools=True, supports_streaming=True, supports_prefill=True
-            ),
+            make_provider("b", supports_tools=True, supports_streaming=True, supports_prefill=True),
         ],
         is_default=True,
     )

@@ -36,7 +36,7 @@ from ..types import (
     StreamFailure,
     StreamResult,
 )
-from .serializers import StrictCharField
+from .chat_serializers import StrictCharField
 from .sse import SSE_HEADERS, sse
 from .views import RoutingAPIView
 
