@@ -41,7 +41,7 @@ from ..errors import ContentPolicyError, ResponseError
 from ..types import AuditRequest, ProviderResult
 from .base import HttpProvider, validate_structured
 from .classify import classify_http_error
-from .streaming import MalformedEvent, StreamDecoder
+from .streaming import MalformedEvent, StreamDecoder, StreamItem
 
 __all__ = [
     "ANTHROPIC_VERSION",
@@ -65,7 +65,7 @@ class MessagesStreamDecoder(StreamDecoder):
         self.structured = structured
         self.tool_index: object = None
 
-    def feed(self, event: ServerSentEvent) -> list[str]:
+    def feed(self, event: ServerSentEvent) -> list[StreamItem]:
         if event.event == "ping":
             return []
         data = self.load(event)

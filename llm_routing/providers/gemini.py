@@ -41,7 +41,7 @@ from httpx_sse import ServerSentEvent
 from ..errors import ContentPolicyError, ResponseError
 from ..types import AuditRequest, ProviderResult
 from .base import HttpProvider, validate_structured
-from .streaming import MalformedEvent, StreamDecoder
+from .streaming import MalformedEvent, StreamDecoder, StreamItem
 
 __all__ = ["GeminiProvider", "GeminiStreamDecoder", "gemini_schema"]
 
@@ -125,7 +125,7 @@ class GeminiStreamDecoder(StreamDecoder):
         super().__init__()
         self.provider = provider
 
-    def feed(self, event: ServerSentEvent) -> list[str]:
+    def feed(self, event: ServerSentEvent) -> list[StreamItem]:
         data = self.load(event)
         self.provider.raise_for_error_body(data)
         if isinstance(data.get("modelVersion"), str) and data["modelVersion"]:
