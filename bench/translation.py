@@ -1,0 +1,109 @@
+#!/usr/bin/env python3
+"""Translation cost per adapter call, without the network: ``build_payload`` of the
+request plus ``parse`` of the vendor's decoded answer, for each vendor adapter.
+
+    .venv/bin/python bench/translation.py            # print a Markdown table
+    .venv/bin/python bench/translation.py --write    # also update docs/benchmarks.md
+
+The request is the one-shot ``task + instructions + input_text`` of
+``bench/adapter_overhead.py``; the answer is the fake upstream's healthy answer to the
+payload (decoded once, outside the timing). Each sample times ``--batch`` calls and is
+reported per call, in microseconds; kinds are interleaved so machine noise hits all
+alike.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.settings")
+os.environ["DATABASE_URL"] = "sqlite://:memory:"
+
+import django  # noqa: E402
+
+django.setup()
+
+from bench.common import interleaved_samples, replace_docs_section  # noqa: E402
+from llm_routing.providers.anthropic import AnthropicProvider  # noqa: E402
+from llm_routing.providers.base import HttpProvider  # noqa: E402
+from llm_routing.providers.gemini import GeminiProvider  # noqa: E402
+from llm_routing.providers.openai import OpenAIProvider  # noqa: E402
+from llm_routing.types import AuditRequest, ProviderConfig  # noqa: E402
+from tests.fakes import upstream  # noqa: E402
+
+REQUEST = AuditRequest(
+    task="summarize",
+    input_text="The quick brown fox jumps over the lazy dog. " * 20,
+    instructions="Summarize in one sentence.",
+)
+BEGIN = "<!-- adapter-translation:begin -->"
+END = "<!-- adapter-translation:end -->"
+
+
+def answers() -> dict[str, tuple[HttpProvider, Any]]:
+    out: dict[str, tuple[HttpProvider, Any]] = {}
+    for kind, cls, make in (
+        ("openai", OpenAIProvider, upstream._openai_ok),
+        ("anthropic", AnthropicProvider, upstream._anthropic_ok),
+        ("gemini", GeminiProvider, lambda body: upstream._gemini_ok(body, "gemini-bench")),
+    ):
+        adapter = cls(ProviderConfig(name=f"bench-{kind}", kind=kind, model="m"))
+        out[kind] = (adapter, make(adapter.build_payload(REQUEST)))
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=300)
+    parser.add_argument("--warmup", type=int, default=30)
+    parser.add_argument("--batch", type=int, default=200)
+    parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
+    args = parser.parse_args()
+
+    def sampler(adapter: HttpProvider, answer: Any) -> Callable[[], float]:
+        def run() -> float:
+            started = time.perf_counter()
+            for _ in range(args.batch):
+                adapter.build_payload(REQUEST)
+                adapter.parse(answer, REQUEST)
+            return (time.perf_counter() - started) * 1e6 / args.batch
+
+        return run
+
+    samples = interleaved_samples(
+        {kind: sampler(*pair) for kind, pair in answers().items()},
+        rounds=args.rounds,
+        warmup=args.warmup,
+    )
+    lines = [
+        f"Measured {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on "
+        f"{platform.machine()} / Python {platform.python_version()}, {os.cpu_count()} CPUs "
+        f"(shared), {args.rounds} interleaved rounds of {args.batch} calls after "
+        f"{args.warmup} warm-up rounds.",
+        "",
+        "| adapter | median µs / call | p95 µs / call |",
+        "|---|---:|---:|",
+    ]
+    for kind, values in samples.items():
+        values.sort()
+        p95 = values[int(len(values) * 0.95) - 1]
+        lines.append(f"| {kind} | {statistics.median(values):.1f} | {p95:.1f} |")
+    table = "\n".join(lines)
+    print(table)
+    if args.write:
+        path = ROOT / "docs" / "benchmarks.md"
+        replace_docs_section(path, BEGIN, END, f"{BEGIN}\n{table}\n{END}")
+
+
+if __name__ == "__main__":
+    main()
