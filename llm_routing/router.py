@@ -260,7 +260,9 @@ def _attempt_record(result: ProviderResult, *, served: bool) -> dict[str, object
     }
 
 
-def _skip_result(name: str, model: str, reason: str) -> ProviderResult:
+def _skip_result(
+    name: str, model: str, reason: str, *, capability: str | None = None
+) -> ProviderResult:
     """The adapter state of a provider that could not run (forced mode only)."""
     if reason in {"disabled", "missing_key"}:
         mode, status = "disabled", "fallback"
@@ -273,7 +275,8 @@ def _skip_result(name: str, model: str, reason: str) -> ProviderResult:
         mode, status = "error", "error"
         message = {
             "unknown_provider": "No provider has that name.",
-            "unsupported": "The provider lacks a capability this request needs.",
+            "unsupported": f"The provider does not support {capability or 'a capability'}, "
+            "which this request needs.",
             "circuit_open": "The provider's circuit is open.",
         }.get(reason, reason)
     return ProviderResult(
@@ -364,7 +367,8 @@ class _Session:
             reason = reason or "unknown_provider"
             model = row.model if row else ""
             self.walk.add(provider=name, model=model, outcome="skipped", reason=reason)
-            return _skip_result(name, model, reason), None
+            capability = missing_capability(adapter, request) if adapter is not None else None
+            return _skip_result(name, model, reason, capability=capability), None
         result = attempt(adapter)
         self.walk.add(**_attempt_record(result, served=result.ok))
         return result, None

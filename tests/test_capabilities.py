@@ -159,3 +159,36 @@ def test_config_file_carries_overrides_and_omits_unset_flags() -> None:
     assert "mock_backstop = true" in exported
     config_io.apply(exported)
     assert config_io.export() == exported  # byte-for-byte round trip
+
+
+def test_the_admin_form_takes_unknown_yes_and_no(admin_client) -> None:
+    from django.urls import reverse
+
+    url = reverse("admin:llm_routing_provider_add")
+    assert 'name="supports_tools"' in admin_client.get(url).content.decode()
+    form = {
+        "name": "compat",
+        "kind": "openai_compatible",
+        "model": "llama",
+        "base_url": "http://127.0.0.1:8081/v1",
+        "api_key_env": "",
+        "enabled": "on",
+        "mode": "live",
+        "timeout_s": "30",
+        "first_token_timeout_s": "10",
+        "max_retries": "2",
+        "params": "{}",
+        "supports_structured_output": "unknown",
+        "supports_streaming": "false",
+        "supports_prefill": "unknown",
+        "supports_tools": "true",
+        "supports_images": "unknown",
+    }
+    response = admin_client.post(url, form)
+    assert response.status_code == 302, response.content.decode()[:2000]
+    row = Provider.objects.get(name="compat")
+    assert row.supports_streaming is False
+    assert row.supports_tools is True
+    assert row.supports_images is None and row.supports_structured_output is None
+    chain_url = reverse("admin:llm_routing_chain_add")
+    assert 'name="mock_backstop"' in admin_client.get(chain_url).content.decode()

@@ -338,3 +338,12 @@ def test_v1_schema_documents_request_and_error_shapes(live_server, token):
     assert {"400", "503"} <= set(operation["responses"])
     error_ref = operation["responses"]["503"]["content"]["application/json"]["schema"]["$ref"]
     assert error_ref.endswith("/OpenAIError")
+
+
+def test_the_schema_with_the_chat_shapes_validates_without_warnings(tmp_path):
+    from django.core.management import call_command
+
+    target = tmp_path / "schema.yaml"
+    call_command("spectacular", "--validate", "--fail-on-warn", "--file", str(target))
+    text = target.read_text()
+    assert "tool_call_id" in text and "OpenAIError" in text

@@ -221,3 +221,11 @@ def test_without_backstop_failures_also_exhaust(scripted, key_env):
     assert routed.result.error is not None
     assert routed.result.error.category == "chain_exhausted"
     assert [a.reason for a in routed.metadata.attempts] == ["network"]
+
+
+def test_a_forced_provider_names_the_missing_capability(scripted, key_env):
+    make_provider("plain", supports_streaming=True)
+    routed = route(chat(force_provider="plain"))
+    assert routed.result.error is not None
+    assert routed.result.error.category == "unsupported"
+    assert "does not support tools" in routed.result.error.message

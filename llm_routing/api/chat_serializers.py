@@ -151,8 +151,8 @@ _CONTENT_SCHEMA: dict[str, Any] = {
                 "required": ["type"],
             },
         },
-        {"type": "null"},
-    ]
+    ],
+    "nullable": True,
 }
 _TOOL_CALL_SCHEMA: dict[str, Any] = {
     "type": "object",
