@@ -309,3 +309,23 @@ def test_all_candidates_failed_is_a_503_on_v1_and_chain_exhausted_on_audit(
     ).json()
     assert envelope["result"]["mode"] == "mock"
     assert envelope["routing_metadata"]["fallback_reason"] == "chain_exhausted"
+
+
+def test_the_quickstart_chat_section_runs_as_written(fake_upstream, key_env, capsys):
+    """The Python blocks of docs/quickstart.md's "Chat and tools from Python", in order,
+    against a default-made anthropic row behind the chain they name."""
+    from pathlib import Path
+
+    make_chain("default", [minimal_row("claude", "anthropic", fake_upstream)])
+    text = (Path(__file__).parent.parent / "docs" / "quickstart.md").read_text()
+    section = text.split("## Chat and tools from Python", 1)[1].split("\n## ", 1)[0]
+    blocks = [b.split("```", 1)[0] for b in section.split("```python\n")[1:]]
+    assert len(blocks) == 2
+    namespace: dict[str, Any] = {}
+    for block in blocks:
+        exec(compile(block, "quickstart.md", "exec"), namespace)  # noqa: S102
+    assert [c.name for c in namespace["calls"]] == ["get_weather"]
+    assert namespace["final"].result.output.startswith("fake answer")
+    assert [m["role"] for m in namespace["messages"]] == ["system", "user", "assistant", "tool"]
+    assert "served by claude" in capsys.readouterr().out
+    assert len(fake_upstream.requests_for("anthropic")) == 3
