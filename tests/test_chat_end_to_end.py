@@ -323,7 +323,7 @@ def test_the_quickstart_chat_section_runs_as_written(fake_upstream, key_env, cap
     assert len(blocks) == 2
     namespace: dict[str, Any] = {}
     for block in blocks:
-        exec(compile(block, "quickstart.md", "exec"), namespace)  # noqa: S102
+        exec(compile(block, "quickstart.md", "exec"), namespace)
     assert [c.name for c in namespace["calls"]] == ["get_weather"]
     assert namespace["final"].result.output.startswith("fake answer")
     assert [m["role"] for m in namespace["messages"]] == ["system", "user", "assistant", "tool"]
