@@ -338,6 +338,9 @@ def test_v1_schema_documents_request_and_error_shapes(live_server, token):
     assert {"400", "503"} <= set(operation["responses"])
     error_ref = operation["responses"]["503"]["content"]["application/json"]["schema"]["$ref"]
     assert error_ref.endswith("/OpenAIError")
+    ok_ref = operation["responses"]["200"]["content"]["application/json"]["schema"]["$ref"]
+    completion = schema["components"]["schemas"][ok_ref.rsplit("/", 1)[1]]
+    assert {"choices", "usage", "model"} <= set(completion["properties"])
 
 
 def test_the_schema_with_the_chat_shapes_validates_without_warnings(tmp_path):

@@ -52,11 +52,13 @@ from .chat_serializers import (
     check_conversation,
     check_json_schema,
 )
+from .serializers import ToolCallSerializer
 from .sse import SSE_HEADERS, sse
 from .views import RoutingAPIView
 
 __all__ = [
     "ChatCompletionRequestSerializer",
+    "ChatCompletionSerializer",
     "ChatCompletionsView",
     "ModelsView",
     "OpenAIErrorSerializer",
@@ -244,6 +246,41 @@ _CATEGORY_STATUS: dict[str, tuple[int, str, str]] = {
 }
 
 
+class _AssistantMessageSerializer(serializers.Serializer):
+    role = serializers.ChoiceField(choices=["assistant"])
+    content = serializers.CharField(allow_null=True, help_text="null when only tool calls.")
+    refusal = serializers.CharField(allow_null=True)
+    tool_calls = ToolCallSerializer(many=True, required=False)
+
+
+class _ChoiceSerializer(serializers.Serializer):
+    index = serializers.IntegerField()
+    message = _AssistantMessageSerializer()
+    logprobs = serializers.JSONField(allow_null=True)
+    finish_reason = serializers.ChoiceField(
+        choices=["stop", "length", "tool_calls", "content_filter"]
+    )
+
+
+class _CompletionUsageSerializer(serializers.Serializer):
+    prompt_tokens = serializers.IntegerField()
+    completion_tokens = serializers.IntegerField()
+    total_tokens = serializers.IntegerField()
+
+
+class ChatCompletionSerializer(serializers.Serializer):
+    """The non-streaming answer (``chat.completion``); streamed answers are SSE
+    ``chat.completion.chunk`` events (docs/api.md)."""
+
+    id = serializers.CharField(help_text="chatcmpl- + the routing request id")
+    object = serializers.ChoiceField(choices=["chat.completion"])
+    created = serializers.IntegerField()
+    model = serializers.CharField(help_text="The model that served (never the chain name).")
+    choices = _ChoiceSerializer(many=True)
+    usage = _CompletionUsageSerializer()
+    system_fingerprint = serializers.CharField(allow_null=True)
+
+
 class OpenAIErrorDetailSerializer(serializers.Serializer):
     message = serializers.CharField()
     type = serializers.CharField(help_text="invalid_request_error, service_unavailable …")
@@ -399,7 +436,7 @@ class ChatCompletionsView(OpenAIErrorsMixin, RoutingAPIView):
     @extend_schema(
         request=ChatCompletionRequestSerializer,
         responses={
-            200: OpenApiTypes.OBJECT,
+            200: ChatCompletionSerializer,
             400: OpenAIErrorSerializer,
             401: OpenAIErrorSerializer,
             404: OpenAIErrorSerializer,

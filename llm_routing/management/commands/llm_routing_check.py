@@ -88,6 +88,7 @@ class Command(BaseCommand):
         states = circuit_states(providers)
         rows = []
         for p in providers:
+            effective = effective_capabilities(p)
             rows.append(
                 {
                     "name": p.name,
@@ -99,13 +100,13 @@ class Command(BaseCommand):
                     "key_required": requires_key(p.kind) and p.mode != "mock",
                     "key_present": p.key_present,
                     "circuit": states[p.name],
-                    "capabilities": effective_capabilities(p),
+                    "capabilities": effective,
                     "capability_overrides": {
                         cap: getattr(p, f"supports_{cap}")
                         for cap in CAPABILITIES
                         if getattr(p, f"supports_{cap}", None) is not None
                     },
-                    "capabilities_text": _capability_text(p, effective_capabilities(p)),
+                    "capabilities_text": _capability_text(p, effective),
                 }
             )
         default = Chain.objects.filter(is_default=True).values_list("name", flat=True).first()
