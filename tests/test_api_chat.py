@@ -232,3 +232,17 @@ def test_an_async_job_keeps_the_conversation_as_json(tooled):
     rebuilt = build_request(**{k: v for k, v in stored.items() if v is not None})
     assert rebuilt == serializer.to_request()
     assert rebuilt.tool_choice == ForcedTool(name="get_weather")
+
+
+@pytest.mark.parametrize(
+    ("content", "place", "message"),
+    [
+        ("nul\x00byte", "content", "Null characters"),
+        ([{"type": "text", "text": 5}], "content.0.text", "valid string"),
+        ([{"type": "text", "text": "a\x00"}], "content.0.text", "Null characters"),
+    ],
+)
+def test_bad_text_is_named_precisely(api, tooled, content, place, message):
+    response = post(api, {"task": "chat", "messages": [{"role": "user", "content": content}]})
+    assert response.status_code == 400
+    assert message in response.json()["messages"]["0"][place][0]

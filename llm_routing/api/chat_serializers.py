@@ -104,6 +104,13 @@ def _text(value: Any, *, allow_blank: bool = True) -> str:
     )
 
 
+def _first_error(exc: serializers.ValidationError) -> str:
+    detail = exc.detail
+    while isinstance(detail, list | dict) and detail:
+        detail = detail[0] if isinstance(detail, list) else next(iter(detail.values()))
+    return str(detail)
+
+
 class _Problems:
     """Errors collected by place, raised together as one nested ValidationError."""
 
@@ -219,7 +226,7 @@ def _parts(raw: list[Any], role: str, at: str, problems: _Problems) -> tuple[Con
                     at, key, "A content part is {type: text, text} or {type: image_url, image_url}."
                 )
         except serializers.ValidationError as exc:
-            problems.add(at, key, str(exc.detail[0]) if isinstance(exc.detail, list) else "bad")
+            problems.add(at, f"{key}.text", _first_error(exc))
     return tuple(parts)
 
 
@@ -287,12 +294,13 @@ def _message(raw: Any, at: str, calls: dict[str, str], problems: _Problems) -> M
             problems.add(at, "content", "This field is required.")
     elif isinstance(content_raw, list):
         content = _parts(content_raw, str(role), at, problems)
+    elif not isinstance(content_raw, str):
+        problems.add(at, "content", "Expected a string or a list of content parts.")
     else:
         try:
             content = _text(content_raw)
-        except serializers.ValidationError as exc:
-            problems.add(at, "content", "Expected a string or a list of content parts.")
-            del exc
+        except serializers.ValidationError as exc:  # NUL, lone surrogates
+            problems.add(at, "content", _first_error(exc))
     name = raw.get("name")
     if name is not None and (not isinstance(name, str) or not 0 < len(name) <= 64):
         problems.add(at, "name", "Expected a string of at most 64 characters.")
