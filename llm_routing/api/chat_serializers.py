@@ -105,7 +105,7 @@ def _text(value: Any, *, allow_blank: bool = True) -> str:
 
 
 def _first_error(exc: serializers.ValidationError) -> str:
-    detail = exc.detail
+    detail: Any = exc.detail
     while isinstance(detail, list | dict) and detail:
         detail = detail[0] if isinstance(detail, list) else next(iter(detail.values()))
     return str(detail)
