@@ -329,3 +329,33 @@ def test_the_quickstart_chat_section_runs_as_written(fake_upstream, key_env, cap
     assert [m["role"] for m in namespace["messages"]] == ["system", "user", "assistant", "tool"]
     assert "served by claude" in capsys.readouterr().out
     assert len(fake_upstream.requests_for("anthropic")) == 3
+
+
+@pytest.mark.parametrize("kind", ["openai_compatible", "anthropic"])
+def test_a_stream_cut_inside_a_tool_call_is_an_error_not_a_half_call(
+    client, fake_upstream, key_env, kind
+):
+    make_chain(
+        "main",
+        [minimal_row("first", kind, fake_upstream), minimal_row("second", "gemini", fake_upstream)],
+    )
+    # The call's start frame, then one 8-character argument fragment, then the cut.
+    fake_upstream.script(VENDOR[kind], Faults.stream(cut_after=2))
+    fragments: list[Any] = []
+    finishes: list[Any] = []
+    with pytest.raises(openai.APIError) as info:
+        for chunk in client.chat.completions.create(
+            model="main", messages=FOUR_TURNS, tools=[WEATHER], stream=True
+        ):
+            if chunk.choices:
+                fragments += chunk.choices[0].delta.tool_calls or []
+                finishes.append(chunk.choices[0].finish_reason)
+    assert fragments and fragments[0].function is not None
+    assert fragments[0].function.name == "get_weather"  # the call had begun …
+    assert finishes == [None] * len(finishes)  # … and never finished
+    assert info.value.code in {"network", "response"}
+    assert fake_upstream.requests_for("gemini") == []  # after the commit point: no replay
+    decision = RoutingDecision.objects.get()
+    assert decision.status == "error"
+    attempt = decision.attempts.get(provider="first")
+    assert attempt.partial is True
