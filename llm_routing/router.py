@@ -6,12 +6,14 @@
    an explicit ``provider`` (``explicit``) goes first. Candidates are
    ``[primary, *fallbacks, "mock"]``, de-duplicated, mock always last.
 2. Availability: ``unknown_provider``, ``disabled``, ``missing_key``, ``circuit_open``,
-   ``unsupported``, ``budget_exhausted`` (the request-wide deadline or attempt budget
+   ``unsupported`` (a capability the request needs — :func:`missing_capability`),
+   ``budget_exhausted`` (the request-wide deadline or attempt budget
    leaves no room for a real call) — each skip recorded and announced through
    ``on_provider_fallback``.
 3. Attempt through the retry layer; transient and context-length failures advance,
    anything else stops the walk with that error result.
-4. Exhausted → the mock answers.
+4. Exhausted → the mock answers; without a backstop (``request.backstop`` False and
+   no ``Chain.mock_backstop``, as on ``/v1``) → an error result ``chain_exhausted``.
 
 :func:`route` never raises on a well-formed :class:`AuditRequest`.
 """
@@ -414,7 +416,6 @@ class _Session:
                 category="chain_exhausted",
                 message="Every candidate was skipped or failed, and this chain has no mock "
                 "backstop.",
-                http_status=503,
                 transient=True,
             )
         return (
