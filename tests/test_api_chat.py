@@ -246,3 +246,40 @@ def test_bad_text_is_named_precisely(api, tooled, content, place, message):
     response = post(api, {"task": "chat", "messages": [{"role": "user", "content": content}]})
     assert response.status_code == 400
     assert message in response.json()["messages"]["0"][place][0]
+
+
+def test_a_streamed_tool_call_on_audit(api, scripted, key_env):
+    from llm_routing.types import StreamEnd, StreamToolCallDelta, ToolCallDelta
+
+    call = ToolCall(id="call_1", name="get_weather", arguments='{"city":"Paris"}')
+    scripted.streams["a"] = [
+        [
+            StreamToolCallDelta(ToolCallDelta(index=0, id="call_1", name="get_weather")),
+            StreamToolCallDelta(ToolCallDelta(index=0, arguments='{"city":"Paris"}')),
+            StreamEnd(finish_reason="tool_use", tool_calls=(call,)),
+        ]
+    ]
+    make_chain(
+        "main", [make_provider("a", supports_tools=True, supports_streaming=True)], is_default=True
+    )
+    body = {"task": "chat", "messages": TURNS[:2], "tools": [WEATHER], "stream": True}
+    response = post(api, body)
+    text = b"".join(response.streaming_content).decode()
+    events = [
+        (block.split("\n")[0].removeprefix("event: "), json.loads(block.split("data: ", 1)[1]))
+        for block in text.strip().split("\n\n")
+    ]
+    assert [name for name, _ in events] == ["chunk", "chunk", "result"]
+    assert events[0][1] == {
+        "text": "",
+        "tool_call": {
+            "index": 0,
+            "id": "call_1",
+            "type": "function",
+            "function": {"name": "get_weather", "arguments": ""},
+        },
+    }
+    assert events[1][1]["tool_call"]["function"] == {"arguments": '{"city":"Paris"}'}
+    result = events[2][1]["result"]
+    assert result["tool_calls"][0]["id"] == "call_1"
+    assert result["finish_reason"] == "tool_use"
