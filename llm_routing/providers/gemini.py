@@ -332,8 +332,12 @@ class GeminiProvider(HttpProvider):
         if request.response_schema is not None:
             config["responseMimeType"] = "application/json"
             config["responseSchema"] = gemini_schema(dict(request.response_schema))
-        system, turns = split_system(request.conversation)
-        contents = gemini_contents(turns)
+        if request.messages:
+            system, turns = split_system(request.conversation)
+            contents = gemini_contents(turns)
+        else:  # the one-shot form, built directly (the adapter's per-call cost)
+            system = request.instructions
+            contents = [{"role": "user", "parts": [{"text": request.input_text}]}]
         if request.prefill:
             contents.append({"role": "model", "parts": [{"text": request.prefill}]})
         payload: dict[str, Any] = {"contents": contents}
