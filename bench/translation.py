@@ -132,8 +132,13 @@ def main() -> None:
     table = "\n".join(lines)
     print(table)
     if args.write:
-        path = ROOT / "docs" / "benchmarks.md"
-        replace_docs_section(path, BEGIN, END, f"{BEGIN}\n{table}\n{END}")
+        block = (
+            f"{BEGIN}\n## Adapter translation\n\n"
+            "Script: `bench/translation.py` (`--write` regenerates this section): "
+            "`build_payload` + `parse` per call, no network.\n\n"
+            f"{table}\n{END}"
+        )
+        replace_docs_section(ROOT / "docs" / "benchmarks.md", BEGIN, END, block)
 
 
 if __name__ == "__main__":
