@@ -203,6 +203,15 @@ def _response_object(message: Message) -> dict[str, Any]:
     return value if isinstance(value, dict) else {"result": value}
 
 
+def _parameters(schema: Mapping[str, Any]) -> dict[str, Any]:
+    """``{"parameters": …}`` of a function declaration, or nothing: Gemini rejects an
+    object schema without properties (a function without arguments has none)."""
+    reduced = gemini_schema(dict(schema)) if schema else {}
+    if not reduced or (reduced.get("type") == "object" and not reduced.get("properties")):
+        return {}
+    return {"parameters": reduced}
+
+
 def _tool_config(choice: str | ForcedTool) -> dict[str, Any]:
     if isinstance(choice, ForcedTool):
         config: dict[str, Any] = {"mode": "ANY", "allowedFunctionNames": [choice.name]}
@@ -350,11 +359,7 @@ class GeminiProvider(HttpProvider):
                         {
                             "name": tool.name,
                             **({"description": tool.description} if tool.description else {}),
-                            **(
-                                {"parameters": gemini_schema(dict(tool.parameters))}
-                                if tool.parameters
-                                else {}
-                            ),
+                            **_parameters(tool.parameters),
                         }
                         for tool in request.tools
                     ]
