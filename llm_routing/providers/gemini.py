@@ -286,7 +286,7 @@ class GeminiStreamDecoder(StreamDecoder):
                 raise MalformedEvent from None
             if call is not None:
                 call_id, name, arguments = call
-                key = ("call", len(self.tool_calls))
+                key = object()  # each Gemini call arrives whole: a key of its own
                 items.append(self.start_tool_call(key, id=call_id, name=name, arguments=arguments))
         finish = candidate.get("finishReason")
         if finish in _BLOCKED_FINISH:
