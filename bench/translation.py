@@ -5,9 +5,11 @@ request plus ``parse`` of the vendor's decoded answer, for each vendor adapter.
     .venv/bin/python bench/translation.py            # print a Markdown table
     .venv/bin/python bench/translation.py --write    # also update docs/benchmarks.md
 
-The request is the one-shot ``task + instructions + input_text`` of
-``bench/adapter_overhead.py``; the answer is the fake upstream's healthy answer to the
-payload (decoded once, outside the timing). Each sample times ``--batch`` calls and is
+Two requests: the one-shot ``task + instructions + input_text`` of
+``bench/adapter_overhead.py`` (answered with text), and a chat request — a system turn,
+four user/assistant turns of the same total length, two tools — answered with a tool
+call. The answer is the fake upstream's healthy answer to the payload (decoded once,
+outside the timing). Each sample times ``--batch`` calls and is
 reported per call, in microseconds; kinds are interleaved so machine noise hits all
 alike.
 """
@@ -38,7 +40,7 @@ from llm_routing.providers.anthropic import AnthropicProvider  # noqa: E402
 from llm_routing.providers.base import HttpProvider  # noqa: E402
 from llm_routing.providers.gemini import GeminiProvider  # noqa: E402
 from llm_routing.providers.openai import OpenAIProvider  # noqa: E402
-from llm_routing.types import AuditRequest, ProviderConfig  # noqa: E402
+from llm_routing.types import AuditRequest, Message, ProviderConfig, Tool  # noqa: E402
 from tests.fakes import upstream  # noqa: E402
 
 REQUEST = AuditRequest(
@@ -46,19 +48,48 @@ REQUEST = AuditRequest(
     input_text="The quick brown fox jumps over the lazy dog. " * 20,
     instructions="Summarize in one sentence.",
 )
+_TEXT = "The quick brown fox jumps over the lazy dog. " * 5
+CHAT = AuditRequest(
+    task="chat",
+    instructions="Summarize in one sentence.",
+    messages=tuple(
+        Message(role="user" if i % 2 == 0 else "assistant", content=_TEXT) for i in range(4)
+    ),
+    tools=(
+        Tool(
+            name="get_weather",
+            description="The weather in a city.",
+            parameters={
+                "type": "object",
+                "properties": {"city": {"type": "string"}},
+                "required": ["city"],
+            },
+        ),
+        Tool(name="get_time"),
+    ),
+    tool_choice="auto",
+)
 BEGIN = "<!-- adapter-translation:begin -->"
 END = "<!-- adapter-translation:end -->"
 
 
-def answers() -> dict[str, tuple[HttpProvider, Any]]:
-    out: dict[str, tuple[HttpProvider, Any]] = {}
+def answers() -> dict[str, tuple[HttpProvider, AuditRequest, Any]]:
+    out: dict[str, tuple[HttpProvider, AuditRequest, Any]] = {}
     for kind, cls, make in (
         ("openai", OpenAIProvider, upstream._openai_ok),
         ("anthropic", AnthropicProvider, upstream._anthropic_ok),
-        ("gemini", GeminiProvider, lambda body: upstream._gemini_ok(body, "gemini-bench")),
+        ("gemini", GeminiProvider, lambda body, *c: upstream._gemini_ok(body, "g", *c)),
     ):
         adapter = cls(ProviderConfig(name=f"bench-{kind}", kind=kind, model="m"))
-        out[kind] = (adapter, make(adapter.build_payload(REQUEST)))
+        out[f"{kind}, one-shot"] = (adapter, REQUEST, make(adapter.build_payload(REQUEST)))
+        chat = adapter.build_payload(CHAT)
+        out[f"{kind}, chat + tools"] = (
+            adapter,
+            CHAT,
+            make(chat, upstream._tool_calls(kind, chat, None)),
+        )
+    for adapter, request, answer in out.values():  # sanity: chat answers are tool calls
+        assert bool(adapter.parse(answer, request).tool_calls) == (request is CHAT)
     return out
 
 
@@ -70,18 +101,18 @@ def main() -> None:
     parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
     args = parser.parse_args()
 
-    def sampler(adapter: HttpProvider, answer: Any) -> Callable[[], float]:
+    def sampler(adapter: HttpProvider, request: AuditRequest, answer: Any) -> Callable[[], float]:
         def run() -> float:
             started = time.perf_counter()
             for _ in range(args.batch):
-                adapter.build_payload(REQUEST)
-                adapter.parse(answer, REQUEST)
+                adapter.build_payload(request)
+                adapter.parse(answer, request)
             return (time.perf_counter() - started) * 1e6 / args.batch
 
         return run
 
     samples = interleaved_samples(
-        {kind: sampler(*pair) for kind, pair in answers().items()},
+        {kind: sampler(*case) for kind, case in answers().items()},
         rounds=args.rounds,
         warmup=args.warmup,
     )
@@ -91,7 +122,7 @@ def main() -> None:
         f"(shared), {args.rounds} interleaved rounds of {args.batch} calls after "
         f"{args.warmup} warm-up rounds.",
         "",
-        "| adapter | median µs / call | p95 µs / call |",
+        "| adapter, request | median µs / call | p95 µs / call |",
         "|---|---:|---:|",
     ]
     for kind, values in samples.items():
@@ -101,8 +132,13 @@ def main() -> None:
     table = "\n".join(lines)
     print(table)
     if args.write:
-        path = ROOT / "docs" / "benchmarks.md"
-        replace_docs_section(path, BEGIN, END, f"{BEGIN}\n{table}\n{END}")
+        block = (
+            f"{BEGIN}\n## Adapter translation\n\n"
+            "Script: `bench/translation.py` (`--write` regenerates this section): "
+            "`build_payload` + `parse` per call, no network.\n\n"
+            f"{table}\n{END}"
+        )
+        replace_docs_section(ROOT / "docs" / "benchmarks.md", BEGIN, END, block)
 
 
 if __name__ == "__main__":

@@ -331,3 +331,29 @@ def test_stream_cut_inside_tool_use_input_has_no_end(
         ToolCallDelta(0, arguments='{"city":'),
     ]
     assert not any(isinstance(e, StreamEnd) for e in events)
+
+
+def test_structured_stream_with_tools_streams_the_call_then_the_structured_answer(
+    fake_upstream: FakeUpstream, make_adapter: MakeAdapter
+) -> None:
+    adapter = make_adapter("anthropic")
+    request = chat(messages=FOUR_TURNS[:3], tools=(WEATHER,), response_schema=SCHEMA, stream=True)
+    events = list(stream_events(adapter, request))
+    end = events[-1]
+    assert isinstance(end, StreamEnd)  # not refused as invalid structured text
+    assert end.tool_calls == (ToolCall("toolu_fake_0", "get_weather", '{"city": "mock"}'),)
+    assert all(isinstance(i, ToolCallDelta) for i in items_of(events))
+    follow_up = (
+        *FOUR_TURNS[:3],
+        Message(role="assistant", tool_calls=end.tool_calls),
+        Message(role="tool", content="21 C", tool_call_id="toolu_fake_0"),
+    )
+    events = list(
+        stream_events(
+            adapter,
+            chat(messages=follow_up, tools=(WEATHER,), response_schema=SCHEMA, stream=True),
+        )
+    )
+    text = "".join(i for i in items_of(events) if isinstance(i, str))
+    assert text == '{"label": "mock"}'  # the structured tool's input, streamed as text
+    assert isinstance(events[-1], StreamEnd) and events[-1].tool_calls == ()

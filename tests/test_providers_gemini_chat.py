@@ -222,7 +222,7 @@ def test_empty_parameters_are_left_out_and_schemas_are_reduced(
         },
     )
     make_adapter("gemini").complete(
-        chat(messages=FOUR_TURNS[:1], tools=(tool, TIME), tool_choice="none"),
+        chat(messages=FOUR_TURNS[:1], tools=(tool, TIME, EMPTY), tool_choice="none"),
         api_key=KEY,
         timeout=5,
     )
@@ -237,9 +237,13 @@ def test_empty_parameters_are_left_out_and_schemas_are_reduced(
                     },
                 },
                 {"name": "get_time"},
+                {"name": "no_args"},  # Gemini rejects an object without properties
             ]
         }
     ]
+
+
+EMPTY = Tool(name="no_args", parameters={"type": "object", "properties": {}})
 
 
 # --- streaming ------------------------------------------------------------------------

@@ -289,12 +289,17 @@ class AnthropicProvider(HttpProvider):
         return headers
 
     def build_payload(self, request: AuditRequest) -> dict[str, Any]:
-        system, turns = split_system(request.conversation)
+        if request.messages:
+            system, turns = split_system(request.conversation)
+            messages = anthropic_messages(turns)
+        else:  # the one-shot form, built directly (the adapter's per-call cost)
+            system = request.instructions
+            messages = [{"role": "user", "content": request.input_text}]
         payload: dict[str, Any] = {
             "max_tokens": DEFAULT_MAX_TOKENS,
             **self.extra_params(_RESERVED),
             "model": self.config.model,
-            "messages": anthropic_messages(turns),
+            "messages": messages,
         }
         if request.temperature is not None:
             payload["temperature"] = request.temperature

@@ -203,6 +203,15 @@ def _response_object(message: Message) -> dict[str, Any]:
     return value if isinstance(value, dict) else {"result": value}
 
 
+def _parameters(schema: Mapping[str, Any]) -> dict[str, Any]:
+    """``{"parameters": …}`` of a function declaration, or nothing: Gemini rejects an
+    object schema without properties (a function without arguments has none)."""
+    reduced = gemini_schema(dict(schema)) if schema else {}
+    if not reduced or (reduced.get("type") == "object" and not reduced.get("properties")):
+        return {}
+    return {"parameters": reduced}
+
+
 def _tool_config(choice: str | ForcedTool) -> dict[str, Any]:
     if isinstance(choice, ForcedTool):
         config: dict[str, Any] = {"mode": "ANY", "allowedFunctionNames": [choice.name]}
@@ -277,7 +286,7 @@ class GeminiStreamDecoder(StreamDecoder):
                 raise MalformedEvent from None
             if call is not None:
                 call_id, name, arguments = call
-                key = ("call", len(self.tool_calls))
+                key = object()  # each Gemini call arrives whole: a key of its own
                 items.append(self.start_tool_call(key, id=call_id, name=name, arguments=arguments))
         finish = candidate.get("finishReason")
         if finish in _BLOCKED_FINISH:
@@ -332,8 +341,12 @@ class GeminiProvider(HttpProvider):
         if request.response_schema is not None:
             config["responseMimeType"] = "application/json"
             config["responseSchema"] = gemini_schema(dict(request.response_schema))
-        system, turns = split_system(request.conversation)
-        contents = gemini_contents(turns)
+        if request.messages:
+            system, turns = split_system(request.conversation)
+            contents = gemini_contents(turns)
+        else:  # the one-shot form, built directly (the adapter's per-call cost)
+            system = request.instructions
+            contents = [{"role": "user", "parts": [{"text": request.input_text}]}]
         if request.prefill:
             contents.append({"role": "model", "parts": [{"text": request.prefill}]})
         payload: dict[str, Any] = {"contents": contents}
@@ -346,11 +359,7 @@ class GeminiProvider(HttpProvider):
                         {
                             "name": tool.name,
                             **({"description": tool.description} if tool.description else {}),
-                            **(
-                                {"parameters": gemini_schema(dict(tool.parameters))}
-                                if tool.parameters
-                                else {}
-                            ),
+                            **_parameters(tool.parameters),
                         }
                         for tool in request.tools
                     ]

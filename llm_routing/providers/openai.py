@@ -77,9 +77,13 @@ _NAME_RE = re.compile(r"[^a-zA-Z0-9_-]+")
 def chat_messages(request: AuditRequest, *, developer_role: str = "developer") -> list[Any]:
     """The conversation in OpenAI's ``messages`` shape (plus a trailing assistant
     prefill); ``developer`` turns are sent with role ``developer_role``."""
-    messages: list[Any] = []
-    for message in request.conversation:
-        messages.append(_chat_message(message, developer_role))
+    if request.messages:
+        messages: list[Any] = [_chat_message(m, developer_role) for m in request.conversation]
+    else:  # the one-shot form, built directly (the adapter's per-call cost)
+        messages = (
+            [{"role": "system", "content": request.instructions}] if request.instructions else []
+        )
+        messages.append({"role": "user", "content": request.input_text})
     if request.prefill:
         messages.append({"role": "assistant", "content": request.prefill})
     return messages
