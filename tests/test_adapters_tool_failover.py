@@ -108,11 +108,6 @@ def test_stream_cut_inside_tool_call_arguments_after_the_commit_point_is_a_failu
     assert len(fake_upstream.requests_for(vendor)) == 1  # nothing replayed
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="router: StreamFailure.partial counts delivered text only, not tool-call "
-    "fragments (router.py partial=bool(delivered)); the router half of #10 fixes it",
-)
 def test_a_failure_after_tool_call_fragments_is_partial(
     fake_upstream: FakeUpstream, upstream_chain: Callable[..., list[Any]]
 ) -> None:
