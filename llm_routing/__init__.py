@@ -51,6 +51,17 @@ def chat(
 ) -> Iterator[RouterStreamEvent]: ...
 
 
+@overload
+def chat(
+    messages: Sequence[Mapping[str, Any] | Message],
+    *,
+    tools: Sequence[Mapping[str, Any] | Tool] = ...,
+    chain: str | None = ...,
+    stream: bool,
+    **params: Any,
+) -> RoutingResult | Iterator[RouterStreamEvent]: ...
+
+
 def chat(
     messages: Sequence[Mapping[str, Any] | Message],
     *,
@@ -77,4 +88,4 @@ def chat(
     """
     from .service import chat as _chat
 
-    return _chat(messages, tools=tools, chain=chain, stream=stream, **params)  # type: ignore[call-overload]
+    return _chat(messages, tools=tools, chain=chain, stream=stream, **params)

@@ -108,6 +108,17 @@ def chat(
 ) -> Iterator[RouterStreamEvent]: ...
 
 
+@overload
+def chat(
+    messages: Sequence[Mapping[str, Any] | Message],
+    *,
+    tools: Sequence[Mapping[str, Any] | Tool] = ...,
+    chain: str | None = ...,
+    stream: bool,
+    **params: Any,
+) -> RoutingResult | Iterator[RouterStreamEvent]: ...
+
+
 def chat(
     messages: Sequence[Mapping[str, Any] | Message],
     *,
