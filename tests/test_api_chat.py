@@ -283,3 +283,9 @@ def test_a_streamed_tool_call_on_audit(api, scripted, key_env):
     result = events[2][1]["result"]
     assert result["tool_calls"][0]["id"] == "call_1"
     assert result["finish_reason"] == "tool_use"
+
+
+def test_a_message_that_is_not_an_object_is_named(api, tooled):
+    response = post(api, {"task": "chat", "messages": [{"role": "user", "content": "hi"}, 7]})
+    assert response.status_code == 400
+    assert response.json()["messages"]["1"] == {"non_field_errors": ["Expected a message object."]}

@@ -98,10 +98,9 @@ class StrictFloatField(serializers.FloatField):
         return float(super().to_internal_value(data))
 
 
-def _text(value: Any, *, allow_blank: bool = True) -> str:
-    return str(
-        StrictCharField(allow_blank=allow_blank, trim_whitespace=False).run_validation(value)
-    )
+def _text(value: Any) -> str:
+    """A string as DRF checks it (no NUL, no lone surrogates), blank allowed."""
+    return str(StrictCharField(allow_blank=True, trim_whitespace=False).run_validation(value))
 
 
 def _first_error(exc: serializers.ValidationError) -> str:
@@ -118,16 +117,9 @@ class _Problems:
         self.errors: dict[str, Any] = {}
 
     def add(self, place: str, key: str | None, message: str) -> None:
-        slot = self.errors.setdefault(place, {} if key else [])
-        if key is None:
-            if isinstance(slot, list):
-                slot.append(message)
-            else:
-                slot.setdefault("non_field_errors", []).append(message)
-        elif isinstance(slot, dict):
-            slot.setdefault(key, []).append(message)
-        else:
-            self.errors[place] = {"non_field_errors": slot, key: [message]}
+        """``key`` None: about the item as a whole (DRF's ``non_field_errors``)."""
+        slot = self.errors.setdefault(place, {})
+        slot.setdefault(key or "non_field_errors", []).append(message)
 
     def raise_any(self) -> None:
         if self.errors:
