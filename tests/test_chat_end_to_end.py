@@ -359,3 +359,29 @@ def test_a_stream_cut_inside_a_tool_call_is_an_error_not_a_half_call(
     assert decision.status == "error"
     attempt = decision.attempts.get(provider="first")
     assert attempt.partial is True
+
+
+def test_images_skip_providers_without_the_capability(client, fake_upstream, key_env):
+    make_chain(
+        "main",
+        [
+            minimal_row("compat", "openai_compatible", fake_upstream),  # no images by default
+            minimal_row("claude", "anthropic", fake_upstream),
+        ],
+    )
+    picture: Any = {
+        "role": "user",
+        "content": [
+            {"type": "text", "text": "What is in this picture?"},
+            {"type": "image_url", "image_url": {"url": "https://example.com/cat.png"}},
+        ],
+    }
+    completion = client.chat.completions.create(model="main", messages=[picture])
+    assert completion.model.startswith("anthropic-model")
+    assert fake_upstream.requests_for("openai") == []
+    (served,) = fake_upstream.requests_for("anthropic")
+    blocks = served.json["messages"][0]["content"]
+    assert [b["type"] for b in blocks] == ["text", "image"]
+    decision = RoutingDecision.objects.get()
+    skipped = decision.attempts.get(provider="compat")
+    assert (skipped.outcome, skipped.reason) == ("skipped", "unsupported")
