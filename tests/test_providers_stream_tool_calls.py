@@ -157,3 +157,22 @@ def test_gemini_text_and_function_calls_keep_their_order() -> None:
     ]
     end = dec.end()
     assert end is not None and [c.id for c in end.tool_calls] == ["call_0", "g2"]
+
+
+def test_openai_compatible_fragments_without_index_are_told_apart_by_id() -> None:
+    dec = decoder("openai_compatible")
+    items = feed(
+        dec,
+        chunk({"tool_calls": [{"id": "a1", "function": {"name": "a", "arguments": '{"x":'}}]}),
+        chunk({"tool_calls": [{"function": {"arguments": " 1}"}}]}),  # continues a1
+        chunk({"tool_calls": [{"id": "b1", "function": {"name": "b", "arguments": "{}"}}]}),
+        chunk({}, "tool_calls"),
+    )
+    assert items == [
+        ToolCallDelta(0, "a1", "a", '{"x":'),
+        ToolCallDelta(0, arguments=" 1}"),
+        ToolCallDelta(1, "b1", "b", "{}"),
+    ]
+    end = dec.end()
+    assert end is not None
+    assert end.tool_calls == (ToolCall("a1", "a", '{"x": 1}'), ToolCall("b1", "b", "{}"))

@@ -125,6 +125,7 @@ class ChatCompletionChunkDecoder(StreamDecoder):
     def __init__(self, provider: OpenAIProvider) -> None:
         super().__init__()
         self.provider = provider
+        self._last_key: object = None  # the key of the last tool-call fragment
 
     def feed(self, event: ServerSentEvent) -> list[StreamItem]:
         if event.data.strip() == "[DONE]":
@@ -182,16 +183,23 @@ class ChatCompletionChunkDecoder(StreamDecoder):
             function = call.get("function") or {}
             if not isinstance(function, dict):
                 raise MalformedEvent
-            key = call.get("index", position)
             call_id, name = call.get("id"), function.get("name")
             arguments = function.get("arguments")
             if not (
-                isinstance(key, int)
-                and isinstance(call_id, str | None)
+                isinstance(call_id, str | None)
                 and isinstance(name, str | None)
                 and isinstance(arguments, str | None)
             ):
                 raise MalformedEvent
+            key: object = call.get("index")
+            if key is None:
+                # Some compatible servers leave out ``index``: a new id is a new call,
+                # a fragment without one continues the last call.
+                key = ("id", call_id) if call_id else self._last_key
+                key = key if key is not None else position
+            elif not isinstance(key, int):
+                raise MalformedEvent
+            self._last_key = key
             items.extend(self.tool_call_items(key, id=call_id, name=name, arguments=arguments))
         return items
 
