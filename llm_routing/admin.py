@@ -96,6 +96,8 @@ class ProviderAdmin(admin.ModelAdmin):
                     "supports_structured_output",
                     "supports_streaming",
                     "supports_prefill",
+                    "supports_tools",
+                    "supports_images",
                 ]
             },
         ),

@@ -34,6 +34,10 @@ DEFAULTS: dict[str, Any] = {
     "MAX_METADATA_KEY_CHARS": 64,
     "MAX_METADATA_VALUE_CHARS": 512,
     "MAX_SCHEMA_BYTES": 32_768,
+    # Chat requests (``messages`` on /audit/, /v1 and llm_routing.chat): most turns in
+    # one conversation, and most tool definitions in one request.
+    "MAX_MESSAGES": 256,
+    "MAX_TOOLS": 128,
     # Request bodies larger than this are refused with 413 before they are parsed.
     "MAX_REQUEST_BYTES": 1_048_576,
     # JSON nested deeper than this is refused with 400 (never a RecursionError/500).

@@ -8,11 +8,9 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .providers.base import BaseProvider
     from .router import Plan
-    from .types import AuditRequest
 
-__all__ = ["CandidateExplanation", "Explanation", "missing_capability"]
+__all__ = ["CandidateExplanation", "Explanation"]
 
 
 @dataclass(frozen=True)
@@ -83,12 +81,3 @@ def _iso_time(ts: float | None) -> str | None:
     if ts is None:
         return None
     return datetime.fromtimestamp(ts, tz=UTC).isoformat().replace("+00:00", "Z")
-
-
-def missing_capability(adapter: BaseProvider, request: AuditRequest) -> str | None:
-    """The capability behind an ``unsupported`` skip, named for people."""
-    if request.response_schema is not None and not adapter.supports("structured_output"):
-        return "structured_output"
-    if request.stream and not adapter.supports("streaming"):
-        return "streaming"
-    return None

@@ -45,7 +45,7 @@ from .conf import routing_settings
 from .models import AuditJob
 from .recorder import record
 from .service import execute
-from .types import AuditRequest
+from .types import AuditRequest, ForcedTool
 
 __all__ = [
     "PAYLOAD_FIELDS",
@@ -72,6 +72,9 @@ PAYLOAD_FIELDS = (
     "force_provider",
     "response_schema",
     "metadata",
+    "messages",
+    "tools",
+    "tool_choice",
 )
 
 
@@ -90,8 +93,18 @@ def lease_seconds() -> float:
 
 
 def job_payload(validated: dict[str, Any]) -> dict[str, Any]:
-    """The part of a validated ``POST /audit/`` body a worker needs to run the job."""
-    return {name: validated.get(name) for name in PAYLOAD_FIELDS}
+    """The part of a validated ``POST /audit/`` body a worker needs to run the job
+    (JSON: messages, tools and the tool choice in their wire shapes, validated again
+    when the job runs)."""
+    payload = {name: validated.get(name) for name in PAYLOAD_FIELDS}
+    if payload["messages"] is not None:
+        payload["messages"] = [m.to_dict() for m in payload["messages"]]
+    if payload["tools"] is not None:
+        payload["tools"] = [t.to_dict() for t in payload["tools"]]
+    if isinstance(payload["tool_choice"], ForcedTool):
+        name = payload["tool_choice"].name
+        payload["tool_choice"] = {"type": "function", "function": {"name": name}}
+    return payload
 
 
 def submit(*, owner: Any, validated: dict[str, Any]) -> AuditJob:

@@ -32,6 +32,9 @@ __all__ = [
 ]
 
 
+_INHERIT_HELP = "Unknown: inherit what the adapter kind declares; Yes/No: override it."
+
+
 class Provider(models.Model):
     class Mode(models.TextChoices):
         LIVE = "live", "live"
@@ -65,9 +68,23 @@ class Provider(models.Model):
     params = models.JSONField(
         default=dict, blank=True, help_text="Extra request parameters: temperature, max_tokens …"
     )
-    supports_structured_output = models.BooleanField(default=False)
-    supports_streaming = models.BooleanField(default=False)
-    supports_prefill = models.BooleanField(default=False)
+    # Capabilities: None (the default) inherits what the adapter kind declares;
+    # True/False overrides it for this row (see BaseProvider.supports).
+    supports_structured_output = models.BooleanField(
+        null=True, blank=True, default=None, help_text=_INHERIT_HELP
+    )
+    supports_streaming = models.BooleanField(
+        null=True, blank=True, default=None, help_text=_INHERIT_HELP
+    )
+    supports_prefill = models.BooleanField(
+        null=True, blank=True, default=None, help_text=_INHERIT_HELP
+    )
+    supports_tools = models.BooleanField(
+        null=True, blank=True, default=None, help_text=_INHERIT_HELP
+    )
+    supports_images = models.BooleanField(
+        null=True, blank=True, default=None, help_text=_INHERIT_HELP
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -129,6 +146,8 @@ class Provider(models.Model):
             supports_structured_output=self.supports_structured_output,
             supports_streaming=self.supports_streaming,
             supports_prefill=self.supports_prefill,
+            supports_tools=self.supports_tools,
+            supports_images=self.supports_images,
             version=self.updated_at.isoformat() if self.updated_at else "",
         )
 
@@ -148,6 +167,11 @@ class Chain(models.Model):
         ],
         default="direct",
         help_text="What happens when a stream fails after text was delivered.",
+    )
+    mock_backstop = models.BooleanField(
+        default=False,
+        help_text="Let the built-in mock answer on /v1 when every real candidate was "
+        "skipped or failed (POST /audit/ always falls back to the mock).",
     )
     # Who may use the chain (docs/operations.md "Who may route where"): both empty →
     # everyone; otherwise only these users and the members of these groups.

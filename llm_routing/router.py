@@ -7,12 +7,14 @@
    an explicit ``provider`` (``explicit``) goes first. Candidates are
    ``[primary, *fallbacks, "mock"]``, de-duplicated, mock always last.
 2. Availability: ``unknown_provider``, ``disabled``, ``missing_key``, ``circuit_open``,
-   ``unsupported``, ``budget_exhausted`` (the request-wide deadline or attempt budget
+   ``unsupported`` (a capability the request needs — :func:`missing_capability`),
+   ``budget_exhausted`` (the request-wide deadline or attempt budget
    leaves no room for a real call) — each skip recorded and announced through
    ``on_provider_fallback``.
 3. Attempt through the retry layer; transient and context-length failures advance,
    anything else stops the walk with that error result.
-4. Exhausted → the mock answers.
+4. Exhausted → the mock answers; without a backstop (``request.backstop`` False and
+   no ``Chain.mock_backstop``, as on ``/v1``) → an error result ``chain_exhausted``.
 
 :func:`route` never raises on a well-formed :class:`AuditRequest`.
 """
@@ -30,7 +32,7 @@ from typing import Any
 from .access import denied_candidates
 from .conf import routing_settings
 from .errors import NetworkError, ProviderError, ResponseError
-from .explanation import CandidateExplanation, Explanation, missing_capability
+from .explanation import CandidateExplanation, Explanation
 from .logging import known_key_values
 from .models import Chain, Provider, RoutingRule
 from .providers.base import BaseProvider, validate_structured
@@ -43,6 +45,7 @@ from .resilience.retry import Invoke, call_with_retries, deadline_caused
 from .sanitize import KeyGuard, redacted, sanitized, scrub_error
 from .signals import after_provider_result, before_provider_call, on_provider_fallback, send
 from .types import (
+    CAPABILITIES,
     MOCK_PROVIDER_NAME,
     AttemptRecord,
     AuditRequest,
@@ -60,6 +63,8 @@ from .types import (
     StreamFailure,
     StreamResult,
     StreamToolCallDelta,
+    ToolCall,
+    ToolCallDelta,
 )
 
 __all__ = [
@@ -68,6 +73,7 @@ __all__ = [
     "Explanation",
     "Plan",
     "explain",
+    "missing_capability",
     "resolve",
     "route",
     "route_stream",
@@ -89,6 +95,7 @@ class Plan:
     requested_provider: str | None = None
     configured: bool = True  # False when nothing but the mock backstop was found
     stream_mode: str = "direct"  # the chain's mid-stream failure policy
+    backstop: bool = True  # whether the mock backstop ends the candidates
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -131,6 +138,7 @@ def resolve(request: AuditRequest) -> Plan:
         )
     fallbacks: list[tuple[str, str]] = []
     stream_mode = "direct"
+    chain_backstop = False  # the chain's own opt-in (Chain.mock_backstop)
     chain_name: str | None = None
     rule_name: str | None = None
     mode: RouterMode = "default"
@@ -140,10 +148,12 @@ def resolve(request: AuditRequest) -> Plan:
     if named is not None:
         fallbacks = named.provider_names()
         chain_name, mode, stream_mode = named.name, "chain", named.stream_mode
+        chain_backstop = named.mock_backstop
     elif rule is not None:
         fallbacks = rule.chain.provider_names()
         chain_name, rule_name, mode = rule.chain.name, rule.name, "rule"
         stream_mode = rule.chain.stream_mode
+        chain_backstop = rule.chain.mock_backstop
     elif request.route and request.route in routes:
         fallbacks = [(str(n), "") for n in routes[request.route]]
         chain_name = f"route:{request.route}"
@@ -151,6 +161,7 @@ def resolve(request: AuditRequest) -> Plan:
         fallbacks = default.provider_names()
         chain_name = default.name
         stream_mode = default.stream_mode
+        chain_backstop = default.mock_backstop
     elif routing_settings.DEFAULT_CHAIN:
         fallbacks = [(str(n), "") for n in routing_settings.DEFAULT_CHAIN]
         chain_name = "settings"
@@ -162,14 +173,16 @@ def resolve(request: AuditRequest) -> Plan:
     elif request.provider:
         entries.insert(0, (request.provider, ""))
         mode = "explicit"
+    backstop = request.backstop or chain_backstop
     return Plan(
         router_mode=mode,
-        candidates=_dedup_mock_last(entries, add_mock=True),
+        candidates=_dedup_mock_last(entries, add_mock=backstop),
         chain_name=chain_name,
         rule=rule_name,
         requested_provider=request.provider,
         configured=bool(entries),
         stream_mode=stream_mode,
+        backstop=backstop,
     )
 
 
@@ -181,6 +194,16 @@ def _mock_config(row: Provider | None) -> ProviderConfig:
     return ProviderConfig(
         name=MOCK_PROVIDER_NAME, kind="mock", model=routing_settings.MOCK_MODEL, mode="mock"
     )
+
+
+def missing_capability(adapter: BaseProvider, request: AuditRequest) -> str | None:
+    """The first capability the request needs that the provider lacks (in
+    :data:`~llm_routing.types.CAPABILITIES` order), or None when it can serve it."""
+    needed = request.required_capabilities
+    for capability in CAPABILITIES:
+        if capability in needed and not adapter.supports(capability):
+            return capability
+    return None
 
 
 def _skip_reason(
@@ -202,9 +225,7 @@ def _skip_reason(
         return "unknown_provider"
     if adapter.requires_key and not row.key_present:
         return "missing_key"
-    if request.response_schema is not None and not adapter.supports("structured_output"):
-        return "unsupported"
-    if request.stream and not adapter.supports("streaming"):
+    if missing_capability(adapter, request) is not None:
         return "unsupported"
     if budget is not None and not budget.can_start():
         # No time or attempts left for a real call: skipped, not a phantom attempt.
@@ -262,7 +283,9 @@ def _attempt_record(result: ProviderResult, *, served: bool) -> dict[str, object
     }
 
 
-def _skip_result(name: str, model: str, reason: str) -> ProviderResult:
+def _skip_result(
+    name: str, model: str, reason: str, *, capability: str | None = None
+) -> ProviderResult:
     """The adapter state of a provider that could not run (forced mode only)."""
     if reason in {"disabled", "missing_key"}:
         mode, status = "disabled", "fallback"
@@ -275,7 +298,8 @@ def _skip_result(name: str, model: str, reason: str) -> ProviderResult:
         mode, status = "error", "error"
         message = {
             "unknown_provider": "No provider has that name.",
-            "unsupported": "The provider lacks a capability this request needs.",
+            "unsupported": f"The provider does not support {capability or 'a capability'}, "
+            "which this request needs.",
             "circuit_open": "The provider's circuit is open.",
             "not_allowed": "You may not route to this provider.",
             "budget_exhausted": "The request-wide deadline or attempt budget is used up.",
@@ -412,7 +436,8 @@ class _Session:
             reason = reason or "unknown_provider"
             model = row.model if row else ""
             self.walk.add(provider=name, model=model, outcome="skipped", reason=reason)
-            return _skip_result(name, model, reason), None
+            capability = missing_capability(adapter, request) if adapter is not None else None
+            return _skip_result(name, model, reason, capability=capability), None
         result = attempt(adapter)
         self.walk.add(**_attempt_record(result, served=result.ok))
         return result, None
@@ -452,16 +477,25 @@ class _Session:
             if not _advances(result):
                 return result, first_reason if position > 0 else None
             send(on_provider_fallback, request_id=walk.request_id, provider=name, reason=category)
-        # Only reachable if the mock backstop itself failed (a broken custom mock kind).
-        exc = ResponseError("Every candidate failed, the mock backstop included.")
+        # Every candidate was skipped or failed: reachable when the plan has no mock
+        # backstop (``backstop=False``, e.g. /v1) or the backstop itself failed.
         last = walk.attempts[-1] if walk.attempts else None
+        if plan.backstop:
+            error = ResponseError("Every candidate failed, the mock backstop included.").to_info()
+        else:
+            error = ErrorInfo(
+                category="chain_exhausted",
+                message="Every candidate was skipped or failed, and this chain has no mock "
+                "backstop.",
+                transient=True,
+            )
         return (
             ProviderResult(
-                provider=last.provider if last else MOCK_PROVIDER_NAME,
+                provider=last.provider if last else "",
                 model=last.model if last else "",
                 mode="error",
                 status="error",
-                error=exc.to_info(),
+                error=error,
             ),
             "chain_exhausted",
         )
@@ -662,7 +696,12 @@ def route_stream(
     try:
         yield from _pump(live.pop(final.provider), delivered, outcome, session.walk.attempts[-1])
         _settle(session, opened.pop(final.provider, None), final, outcome)
-        if outcome.failure is not None and mode == "continuation" and delivered:
+        if (
+            outcome.failure is not None
+            and mode == "continuation"
+            and delivered
+            and not outcome.tool_deltas  # a prefill cannot continue a half tool call
+        ):
             yield from _continue(session, opener, live, opened, delivered, outcome)
     except GeneratorExit:
         outcome.failure = ResponseError("The client went away mid-stream.")
@@ -676,7 +715,7 @@ def route_stream(
         yield StreamResult(routed)
     else:
         info = scrub_error((outcome.original or outcome.failure).to_info(), request)
-        yield StreamFailure(error=info, partial=bool(delivered), routed=routed)
+        yield StreamFailure(error=info, partial=outcome.committed(delivered), routed=routed)
 
 
 @dataclass
@@ -685,7 +724,28 @@ class _StreamOutcome:
     failure: ProviderError | None = None
     original: ProviderError | None = None  # the first mid-stream failure (continuation)
     served_by: str | None = None
-    tool_fragments: int = 0  # tool-call fragments delivered (a commit point like text)
+    # Tool-call fragments delivered (a commit point like text), in order.
+    tool_deltas: list[ToolCallDelta] = field(default_factory=list)
+
+    def committed(self, delivered: list[str]) -> bool:
+        """Whether anything (text or a tool-call fragment) reached the caller."""
+        return bool(delivered) or bool(self.tool_deltas)
+
+    def tool_calls(self) -> tuple[ToolCall, ...]:
+        """The stream's tool calls: the adapter's assembled list from its StreamEnd,
+        else assembled here from the fragments that were delivered."""
+        if self.end is not None and self.end.tool_calls:
+            return self.end.tool_calls
+        calls: dict[int, dict[str, str]] = {}
+        for delta in self.tool_deltas:
+            call = calls.setdefault(delta.index, {"id": "", "name": "", "arguments": ""})
+            call["id"] = delta.id or call["id"]
+            call["name"] = delta.name or call["name"]
+            call["arguments"] += delta.arguments
+        return tuple(
+            ToolCall(id=c["id"], name=c["name"], arguments=c["arguments"] or "{}")
+            for _, c in sorted(calls.items())
+        )
 
 
 def _pump(
@@ -703,7 +763,7 @@ def _pump(
                 outcome.end = event
                 break
             if isinstance(event, StreamToolCallDelta):
-                outcome.tool_fragments += 1
+                outcome.tool_deltas.append(event.delta)
                 yield StreamChunk(
                     "", provider=served.provider, model=served.model, tool_call=event.delta
                 )
@@ -778,7 +838,12 @@ def _continue(
     for name in after:
         row = session.rows.get(name)
         adapter = _adapter_for(name, "", row)
-        if row is None or adapter is None or not row.supports_prefill or name in session.denied:
+        if (
+            row is None
+            or adapter is None
+            or not adapter.supports("prefill")
+            or name in session.denied
+        ):
             continue
         if _skip_reason(name, row, adapter, session.request) is not None:
             continue
@@ -822,7 +887,7 @@ def _finish_stream(
             last,
             outcome="error",
             served=False,
-            partial=bool(delivered),
+            partial=outcome.committed(delivered),
             reason=failure.category,
             error_category=failure.category,
             http_status=failure.http_status,
@@ -839,6 +904,7 @@ def _finish_stream(
             data=_stream_data(session.request, "".join(delivered)),
             usage=(end.usage if end and end.usage else final.usage),
             finish_reason=end.finish_reason if end else None,
+            tool_calls=outcome.tool_calls(),
         )
         if outcome.served_by:
             fallback_reason = fallback_reason or "continuation"

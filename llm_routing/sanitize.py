@@ -38,6 +38,7 @@ def _clean(value: Any, secrets: list[str]) -> Any:
 def _input_echoes(request: AuditRequest) -> list[str]:
     """The forms in which an upstream error message may echo the caller's input."""
     texts = [t for t in (request.input_text, request.instructions) if t]
+    texts += [m.text for m in request.messages if m.text]  # every turn of a conversation
     forms = {*texts, *(json.dumps(t, ensure_ascii=False)[1:-1] for t in texts)}
     forms.update(line for t in texts for line in t.splitlines() if len(line.strip()) >= 8)
     return sorted(forms, key=len, reverse=True)
@@ -60,6 +61,15 @@ def sanitized(result: ProviderResult, request: AuditRequest) -> ProviderResult:
         model=scrub(result.model, secrets),
         data=_clean(result.data, secrets),
         finish_reason=_clean(result.finish_reason, secrets),
+        tool_calls=tuple(
+            replace(
+                call,
+                id=scrub(call.id, secrets),
+                name=scrub(call.name, secrets),
+                arguments=scrub(call.arguments, secrets),
+            )
+            for call in result.tool_calls
+        ),
         error=scrub_error(result.error, request) if result.error else None,
     )
 

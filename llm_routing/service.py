@@ -1,27 +1,52 @@
-"""The Python API behind ``llm_routing.audit`` — shared by the HTTP view and tasks."""
+"""The Python API behind ``llm_routing.audit`` and ``llm_routing.chat`` — shared by the
+HTTP views and tasks."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, Literal, overload
 
 from django.core.exceptions import ValidationError
 
-from .router import route
-from .types import AuditRequest, RoutingResult
+from .router import route, route_stream
+from .types import AuditRequest, ForcedTool, Message, RouterStreamEvent, RoutingResult, Tool
 
-__all__ = ["audit", "build_request", "execute"]
+__all__ = ["audit", "build_request", "chat", "execute"]
+
+
+def _messages_of(detail: Any, prefix: str) -> dict[str, list[str]]:
+    """DRF's nested error detail as ``{"messages.2.tool_call_id": ["…"]}``."""
+    if isinstance(detail, Mapping):
+        out: dict[str, list[str]] = {}
+        for key, value in detail.items():
+            name = str(key) if key != "non_field_errors" else ""
+            out.update(_messages_of(value, f"{prefix}.{name}".strip(".") if name else prefix))
+        return out
+    if isinstance(detail, list) and detail and not isinstance(detail[0], str | Mapping | list):
+        detail = [str(e) for e in detail]
+    if isinstance(detail, list) and any(isinstance(e, Mapping | list) for e in detail):
+        out = {}
+        for index, item in enumerate(detail):
+            out.update(_messages_of(item, f"{prefix}.{index}"))
+        return out
+    return {
+        prefix or "__all__": [str(e) for e in (detail if isinstance(detail, list) else [detail])]
+    }
+
+
+def _validated(serializer_class: type, data: Mapping[str, Any]) -> AuditRequest:
+    serializer = serializer_class(data=dict(data))
+    if not serializer.is_valid():
+        raise ValidationError(_messages_of(serializer.errors, ""))
+    request: AuditRequest = serializer.to_request()
+    return request
 
 
 def build_request(**kwargs: Any) -> AuditRequest:
     """Validate keyword arguments exactly as ``POST /audit/`` validates its body."""
     from .api.serializers import AuditRequestSerializer
 
-    serializer = AuditRequestSerializer(data=kwargs)
-    if not serializer.is_valid():
-        raise ValidationError(
-            {field: [str(e) for e in errors] for field, errors in serializer.errors.items()}
-        )
-    return serializer.to_request()
+    return _validated(AuditRequestSerializer, kwargs)
 
 
 def execute(
@@ -36,3 +61,74 @@ def execute(
 def audit(**kwargs: Any) -> RoutingResult:
     """Validate keyword arguments like ``POST /audit/`` does, then :func:`execute`."""
     return execute(build_request(**kwargs))
+
+
+def build_chat_request(
+    messages: Sequence[Mapping[str, Any] | Message],
+    *,
+    tools: Sequence[Mapping[str, Any] | Tool] = (),
+    chain: str | None = None,
+    stream: bool = False,
+    **params: Any,
+) -> AuditRequest:
+    """Validate :func:`chat`'s arguments exactly as the HTTP API validates a body."""
+    from .api.serializers import ChatCallSerializer
+
+    data: dict[str, Any] = dict(params)
+    data["messages"] = [m.to_dict() if isinstance(m, Message) else m for m in messages]
+    if tools:
+        data["tools"] = [t.to_dict() if isinstance(t, Tool) else t for t in tools]
+    if isinstance(data.get("tool_choice"), ForcedTool):
+        data["tool_choice"] = {"type": "function", "function": {"name": data["tool_choice"].name}}
+    if chain is not None:
+        data["chain"] = chain
+    data["stream"] = stream
+    return _validated(ChatCallSerializer, data)
+
+
+@overload
+def chat(
+    messages: Sequence[Mapping[str, Any] | Message],
+    *,
+    tools: Sequence[Mapping[str, Any] | Tool] = ...,
+    chain: str | None = ...,
+    stream: Literal[False] = ...,
+    **params: Any,
+) -> RoutingResult: ...
+
+
+@overload
+def chat(
+    messages: Sequence[Mapping[str, Any] | Message],
+    *,
+    tools: Sequence[Mapping[str, Any] | Tool] = ...,
+    chain: str | None = ...,
+    stream: Literal[True],
+    **params: Any,
+) -> Iterator[RouterStreamEvent]: ...
+
+
+@overload
+def chat(
+    messages: Sequence[Mapping[str, Any] | Message],
+    *,
+    tools: Sequence[Mapping[str, Any] | Tool] = ...,
+    chain: str | None = ...,
+    stream: bool,
+    **params: Any,
+) -> RoutingResult | Iterator[RouterStreamEvent]: ...
+
+
+def chat(
+    messages: Sequence[Mapping[str, Any] | Message],
+    *,
+    tools: Sequence[Mapping[str, Any] | Tool] = (),
+    chain: str | None = None,
+    stream: bool = False,
+    **params: Any,
+) -> RoutingResult | Iterator[RouterStreamEvent]:
+    """Route one conversation (see ``llm_routing.chat``)."""
+    request = build_chat_request(messages, tools=tools, chain=chain, stream=stream, **params)
+    if stream:
+        return route_stream(request)
+    return execute(request)

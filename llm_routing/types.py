@@ -215,6 +215,10 @@ class AuditRequest:
     # The caller's identity for the access rules (docs/operations.md); None: a trusted
     # caller (the Python API, management commands) that may route anywhere.
     principal: Principal | None = None
+    # Whether the built-in mock backstop ends the chain. ``POST /audit/`` and the Python
+    # API keep it (their documented contract); ``/v1`` sets False so an exhausted chain
+    # is an error rather than a fake answer, unless the chain opts in (mock_backstop).
+    backstop: bool = True
 
     @property
     def conversation(self) -> tuple[Message, ...]:
@@ -405,6 +409,8 @@ class ProviderResult:
             "usage": self.usage.to_dict(),
             "latency_ms": round(self.latency_ms, 3),
             "error": self.error.to_dict() if self.error else None,
+            "tool_calls": [c.to_dict() for c in self.tool_calls],
+            "finish_reason": self.finish_reason,
         }
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from typing import Any, ClassVar
 
 import pytest
@@ -25,6 +26,7 @@ from llm_routing.types import (
     StreamDelta,
     StreamEnd,
     StreamEvent,
+    StreamToolCallDelta,
     Usage,
 )
 from tests.breaker_support import FakeClock
@@ -39,20 +41,29 @@ class ScriptedProvider(BaseProvider):
     requires_key: ClassVar[bool] = True
     scripts: ClassVar[dict[str, list[Any]]] = {}
     calls: ClassVar[list[tuple[str, str | None]]] = []
-    # name -> list of streams; each stream a list of str (a delta), "END" or an exception
+    # name -> list of streams; each stream a list of str (a delta), "END", an exception,
+    # or a StreamEvent yielded as is (a tool-call fragment, a StreamEnd)
     streams: ClassVar[dict[str, list[list[Any]]]] = {}
     prefills: ClassVar[list[tuple[str, str]]] = []
+    requests: ClassVar[list[tuple[str, AuditRequest]]] = []  # (provider, request seen)
 
     def stream(
         self, request: AuditRequest, *, api_key: str | None, timeout: float
     ) -> Iterator[StreamEvent]:
         type(self).calls.append((self.config.name, api_key))
         type(self).prefills.append((self.config.name, request.prefill))
+        type(self).requests.append((self.config.name, request))
         queue = type(self).streams.get(self.config.name) or [["answer ", "END"]]
         steps = queue.pop(0) if len(queue) > 1 else queue[0]
         for step in steps:
             if isinstance(step, BaseException):
                 raise step
+            if isinstance(step, StreamEnd):
+                yield step
+                return
+            if isinstance(step, StreamToolCallDelta):
+                yield step
+                continue
             if step == "END":
                 yield StreamEnd(
                     finish_reason="stop", usage=Usage(input_tokens=2, output_tokens=len(steps))
@@ -64,10 +75,13 @@ class ScriptedProvider(BaseProvider):
         self, request: AuditRequest, *, api_key: str | None, timeout: float
     ) -> ProviderResult:
         type(self).calls.append((self.config.name, api_key))
+        type(self).requests.append((self.config.name, request))
         script = type(self).scripts.get(self.config.name) or ["ok"]
         step = script.pop(0) if len(script) > 1 else script[0]
         if isinstance(step, BaseException):
             raise step
+        if isinstance(step, ProviderResult):
+            return replace(step, provider=self.config.name, model=self.config.model)
         return ProviderResult(
             provider=self.config.name,
             model=self.config.model,
@@ -91,6 +105,7 @@ def scripted() -> Iterator[type[ScriptedProvider]]:
     ScriptedProvider.calls = []
     ScriptedProvider.streams = {}
     ScriptedProvider.prefills = []
+    ScriptedProvider.requests = []
     yield ScriptedProvider
     registry.clear_adapter_cache()
 

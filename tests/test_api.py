@@ -19,6 +19,7 @@ GOOD = {"task": "summarize", "input_text": "Django is a web framework."}
 
 RESULT_KEYS = {
     "provider", "model", "mode", "status", "output", "data", "usage", "latency_ms", "error",
+    "tool_calls", "finish_reason",
 }  # fmt: skip
 META_KEYS = {
     "request_id", "router_mode", "route", "rule", "chain_name", "requested_provider",

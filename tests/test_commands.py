@@ -115,8 +115,8 @@ def test_check_lists_providers_and_key_presence_without_values(
 ) -> None:
     out = run("llm_routing_check")
     lines = {line.split()[0]: line.split() for line in out.splitlines() if line.strip()}
-    assert lines["openai-main"][-2:] == ["missing", "closed"]
-    assert lines["staging"][-1] == "n/a"  # a mock answers offline: no circuit
+    assert lines["openai-main"][-3:-1] == ["missing", "closed"]
+    assert lines["staging"][-2] == "n/a"  # a mock answers offline: no circuit
     assert "not needed" in out.splitlines()[2]  # staging: the mock kind needs no key
     assert "default chain: main" in out
     assert "llm_routing.W001" in out

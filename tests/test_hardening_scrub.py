@@ -158,3 +158,26 @@ def test_a_key_split_across_stream_chunks_is_scrubbed(
     assert text == "it is [redacted] ok sk!"
     assert isinstance(events[-1], StreamResult)
     assert events[-1].routed.result.output == text
+
+
+def test_tool_call_arguments_echoing_the_key_are_scrubbed(
+    api: APIClient, fake_upstream: FakeUpstream, oc: Provider
+) -> None:
+    """A tool-call answer is an answer too: a key echoed in a call's arguments never
+    reaches the caller (nor the job rows: the same sanitized result is recorded)."""
+    call = {"id": "call_k", "name": "lookup", "arguments": {"token": KEY, "q": "x"}}
+    fake_upstream.script("openai", Fault(tool_calls=[call]))
+    tool = {
+        "type": "function",
+        "function": {"name": "lookup", "parameters": {"type": "object"}},
+    }
+    resp = api.post(
+        "/audit/",
+        {"task": "t", "messages": [{"role": "user", "content": INPUT}], "tools": [tool]},
+        format="json",
+    )
+    assert resp.status_code == 200, resp.content
+    calls = resp.json()["result"]["tool_calls"]
+    assert [c["function"]["name"] for c in calls] == ["lookup"]
+    assert json.loads(calls[0]["function"]["arguments"]) == {"token": "[redacted]", "q": "x"}
+    assert KEY not in resp.content.decode()

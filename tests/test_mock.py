@@ -65,3 +65,43 @@ def test_schema_instances_validate(schema):
     jsonschema.validate(value, schema)
     result = complete(response_schema=schema)
     assert result.data == value
+
+
+# --- conversations (issue 10) ----------------------------------------------------------
+def test_a_messages_only_request_is_described_by_its_whole_conversation():
+    from llm_routing.types import Message, Tool
+
+    turns = (
+        Message(role="user", content="SECRET-TURN-ONE"),
+        Message(role="assistant", content="ok"),
+        Message(role="user", content="SECRET-TURN-TWO"),
+    )
+    request = AuditRequest(task="chat", messages=turns, tools=(Tool(name="get_time"),))
+    result = MockProvider(CONFIG).complete(request, api_key=None, timeout=1.0)
+    assert result.output.endswith(f"for {request.input_length} characters of input.")
+    assert request.input_length > len("SECRET-TURN-ONESECRET-TURN-TWO")  # not input_text's 0
+    assert "SECRET" not in result.output
+    assert result.tool_calls == ()  # the backstop answers tool requests with text
+    assert result.usage.input_tokens == (request.input_length + 3) // 4
+    # Deterministic, and any turn changes it.
+    assert complete(task="chat", input_text="", messages=turns).output == result.output
+    changed = (*turns[:2], Message(role="user", content="SECRET-TURN-2"))
+    assert complete(task="chat", input_text="", messages=changed).output != result.output
+
+
+def test_a_one_shot_request_keeps_its_output():
+    """The digest of input_text requests is unchanged by the conversation model."""
+    assert complete().output == (
+        "[mock] summarize: deterministic mock answer "
+        f"{_old_digest('summarize', '', 'hello', None)[:16]} for 5 characters of input."
+    )
+
+
+def _old_digest(task: str, instructions: str, input_text: str, schema: object) -> str:
+    import hashlib
+    import json
+
+    material = json.dumps(
+        [task, instructions, input_text, schema], sort_keys=True, ensure_ascii=True, default=str
+    )
+    return hashlib.sha256(material.encode("ascii")).hexdigest()

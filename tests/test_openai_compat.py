@@ -157,13 +157,21 @@ def test_content_policy_is_400_without_failover(client, chain):
     assert [n for n, _ in scripted.calls] == ["a"]
 
 
-def test_disabled_provider_as_model_falls_back_to_the_mock(client, chain):
+def test_disabled_provider_as_model_is_a_503_not_a_mock_answer(client, chain):
     Chain.objects.update(is_default=False)
     off = make_provider("off", enabled=False)
-    # In a chain the caller may use: naming it needs no permission (issue 11).
+    # In a chain the caller may use: naming it needs no permission.
     ChainEntry.objects.create(chain=Chain.objects.get(name="main"), provider=off, position=2)
-    # "off" is a provider name: explicit mode skips it and the mock serves ...
-    assert client.chat.completions.create(model="off", messages=MESSAGES).model == "mock-1"
+    # "off" is a provider name: explicit mode skips it; /v1 has no mock backstop.
+    with pytest.raises(openai.InternalServerError) as info:
+        client.chat.completions.create(model="off", messages=MESSAGES)
+    assert info.value.status_code == 503
+    assert info.value.code == "no_provider_available"
+    decision = RoutingDecision.objects.get()
+    assert info.value.body["request_id"] == str(decision.request_id)  # type: ignore[index]
+    assert info.value.body["candidates"] == [  # type: ignore[index]
+        {"provider": "off", "outcome": "skipped", "reason": "disabled"}
+    ]
 
 
 def test_bad_token_is_authentication_error(live_server, chain):

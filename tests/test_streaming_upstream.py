@@ -253,7 +253,7 @@ def test_sdk_continuation_completes_the_answer_without_duplicated_text(
     text, _, chunks = sdk_stream(sdk)
 
     assert text == TEXT  # "The quick brown fox" + " jumps over the lazy dog."
-    assert chunks[-1].choices[0].finish_reason == "end_turn"
+    assert chunks[-1].choices[0].finish_reason == "stop"  # end_turn, mapped for /v1
     assert seen(fake_upstream) == {"openai": 1, "anthropic": 1, "gemini": 0}
     fallback = fake_upstream.requests_for("anthropic")[0].json
     assert fallback["messages"][-1] == {"role": "assistant", "content": "The quick brown fox"}

@@ -1,21 +1,25 @@
 """An OpenAI-compatible face of the same router: ``POST /v1/chat/completions`` and
 ``GET /v1/models``.
 
-``model`` names a chain, a route key or a provider (in that order of lookup).
-Responses use OpenAI's ``chat.completion`` / ``chat.completion.chunk`` shapes with
-``model`` set to the model that actually served; errors use OpenAI's
-``{"error": {"message", "type", "param", "code"}}`` envelope. Conversations are
-flattened for the router: system/developer messages become ``instructions``; a
-single user message is the ``input_text``; longer conversations become a transcript
-with role labels (the router's request has one input, not a message list).
+``model`` names a chain, a route key or a provider (in that order of lookup). The
+conversation is passed through as messages (roles and order intact), with tools,
+``tool_choice`` and the sampling parameters. Responses use OpenAI's ``chat.completion``
+/ ``chat.completion.chunk`` shapes with ``model`` set to the model that actually served,
+tool calls as ``message.tool_calls`` / ``delta.tool_calls``, and ``finish_reason`` mapped
+to OpenAI's values; errors use OpenAI's ``{"error": {"message", "type", "param",
+"code"}}`` envelope. The request is strict: unknown parameters, wrong types and
+parameters the router cannot honour are 400s naming the parameter. A chain whose real
+candidates were all skipped or failed answers 503 (no mock answer presented as a real
+one) unless the chain sets ``mock_backstop``.
 """
 
 from __future__ import annotations
 
 import itertools
+import json
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from django.http import StreamingHttpResponse
@@ -29,86 +33,158 @@ from ..access import allowed_chains, principal_for, provider_allowed
 from ..conf import routing_settings
 from ..models import Chain, Provider, RoutingRule
 from ..router import route_stream
-from ..schemas import SchemaRefused, check_schema
 from ..service import execute
 from ..types import (
     AuditRequest,
+    ProviderResult,
     RoutingResult,
     StreamChunk,
     StreamFailure,
     StreamResult,
 )
+from .chat_serializers import (
+    MessagesField,
+    SamplingSerializer,
+    StrictBooleanField,
+    StrictCharField,
+    StrictIntegerField,
+    ToolChoiceField,
+    ToolsField,
+    check_conversation,
+    check_json_schema,
+)
 from .schema_docs import CHAT_COMPLETIONS, MODELS
-from .serializers import StrictCharField, output_tokens_within_limit
+from .serializers import ToolCallSerializer, output_tokens_within_limit
 from .sse import SSE_HEADERS, sse
 from .views import RoutingAPIView
 
-__all__ = ["ChatCompletionsView", "ModelsView"]
+__all__ = [
+    "ChatCompletionRequestSerializer",
+    "ChatCompletionSerializer",
+    "ChatCompletionsView",
+    "ModelsView",
+    "OpenAIErrorSerializer",
+    "finish_reason",
+]
 
-ROLES = ("system", "developer", "user", "assistant")
+#: Known OpenAI parameters the router does not implement, accepted only with a value
+#: that asks for nothing (the neutral default); anything else is a 400 naming them.
+NEUTRAL_VALUES: dict[str, tuple[Any, ...]] = {
+    "logprobs": (False,),
+    "top_logprobs": (0,),
+    "presence_penalty": (0,),
+    "frequency_penalty": (0,),
+    "logit_bias": ({},),
+    "parallel_tool_calls": (True,),
+    "store": (False,),
+    "service_tier": ("auto", "default"),
+    "metadata": ({},),
+    "modalities": (["text"],),
+    "functions": (),
+    "function_call": (),
+    "audio": (),
+    "prediction": (),
+    "reasoning_effort": (),
+    "web_search_options": (),
+}
 
 
-class MessageSerializer(serializers.Serializer):
-    role = serializers.ChoiceField(choices=ROLES)
-    content = serializers.JSONField()
-    name = serializers.CharField(required=False, max_length=64)
+def _is_neutral(name: str, value: Any) -> bool:
+    if value is None:
+        return True
+    for neutral in NEUTRAL_VALUES[name]:
+        if isinstance(neutral, bool) or isinstance(value, bool):
+            if value is neutral:
+                return True
+        elif value == neutral and type(value) in (type(neutral), float):
+            return True
+    return False
 
-    def validate_content(self, value: Any) -> str:
-        """A string, or a list of ``{"type": "text", "text": …}`` parts."""
-        if isinstance(value, str):
-            text = value
-        elif isinstance(value, list) and all(
-            isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str)
-            for p in value
-        ):
-            text = "".join(p["text"] for p in value)
-        else:
-            raise serializers.ValidationError(
-                "content must be a string or a list of text parts; other part types are "
-                "not supported."
-            )
-        return str(StrictCharField(allow_blank=True, trim_whitespace=False).run_validation(text))
+
+def _neutral_text(name: str) -> str:
+    shown = ["null", *(json.dumps(v) for v in NEUTRAL_VALUES[name])]
+    return " or ".join(shown)
+
+
+def check_response_schema(schema: Any) -> str | None:
+    """The one call that checks ``response_format.json_schema.schema``."""
+    return check_json_schema(schema)
+
+
+class JsonSchemaFormatSerializer(serializers.Serializer):
+    name = StrictCharField(required=False, max_length=64)
+    description = StrictCharField(required=False, allow_blank=True)
+    schema = serializers.JSONField()
+    strict = StrictBooleanField(required=False, allow_null=True)
+
+    def validate_schema(self, value: Any) -> Any:
+        if not isinstance(value, dict):
+            raise serializers.ValidationError("Expected a JSON Schema object.")
+        if len(json.dumps(value)) > int(routing_settings.MAX_SCHEMA_BYTES):
+            raise serializers.ValidationError("The schema is too large.")
+        problem = check_response_schema(value)
+        if problem:
+            raise serializers.ValidationError(problem)
+        return value
 
 
 class ResponseFormatSerializer(serializers.Serializer):
     type = serializers.ChoiceField(choices=["text", "json_object", "json_schema"])
-    json_schema = serializers.DictField(required=False)
+    json_schema = JsonSchemaFormatSerializer(required=False)
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
-        if attrs["type"] == "json_schema":
-            spec = attrs.get("json_schema") or {}
-            if not isinstance(spec.get("schema"), dict):
-                raise serializers.ValidationError(
-                    {"json_schema": ["json_schema.schema must be a JSON Schema object."]}
-                )
-            try:
-                check_schema(spec["schema"])  # no I/O; bounded mock answer; RE2 patterns
-            except SchemaRefused as exc:
-                raise serializers.ValidationError({"json_schema": {"schema": [str(exc)]}}) from None
+        if attrs["type"] == "json_schema" and "json_schema" not in attrs:
+            raise serializers.ValidationError(
+                {"json_schema": ['type "json_schema" needs json_schema.schema.']}
+            )
         return attrs
 
 
 class StreamOptionsSerializer(serializers.Serializer):
-    include_usage = serializers.BooleanField(required=False, default=False)
+    include_usage = StrictBooleanField(required=False, default=False)
 
 
-class ChatCompletionRequestSerializer(serializers.Serializer):
+class ChatCompletionRequestSerializer(SamplingSerializer):
+    """The body of ``POST /v1/chat/completions``: OpenAI's parameters, strictly typed.
+
+    An unknown top-level parameter is a 400 naming it; the parameters listed in
+    :data:`NEUTRAL_VALUES` are accepted only with their neutral value."""
+
     model = serializers.RegexField(r"^[-a-zA-Z0-9_.:]+$", max_length=64)
-    messages = MessageSerializer(many=True, allow_empty=False)
-    temperature = serializers.FloatField(required=False, allow_null=True, min_value=0, max_value=2)
-    max_tokens = serializers.IntegerField(required=False, allow_null=True, min_value=1)
-    max_completion_tokens = serializers.IntegerField(required=False, allow_null=True, min_value=1)
+    messages = MessagesField()
+    tools = ToolsField(required=False, allow_null=True)
+    tool_choice = ToolChoiceField(required=False, allow_null=True)
+    max_completion_tokens = StrictIntegerField(required=False, allow_null=True, min_value=1)
     response_format = ResponseFormatSerializer(required=False, allow_null=True)
-    stream = serializers.BooleanField(required=False, default=False)
+    stream = StrictBooleanField(required=False, default=False)
     stream_options = StreamOptionsSerializer(required=False, allow_null=True)
-    n = serializers.IntegerField(required=False, allow_null=True, min_value=1, max_value=1)
+    n = StrictIntegerField(required=False, allow_null=True, min_value=1, max_value=1)
 
-    def validate_messages(self, value: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        if not any(m["role"] == "user" and m["content"].strip() for m in value):
-            raise serializers.ValidationError("At least one non-empty user message is required.")
-        if len(value) > 256:
-            raise serializers.ValidationError("At most 256 messages are allowed.")
-        return value
+    def to_internal_value(self, data: Any) -> Any:
+        if isinstance(data, Mapping):
+            for name in data:
+                if name in NEUTRAL_VALUES:
+                    if not _is_neutral(name, data[name]):
+                        raise serializers.ValidationError(
+                            {
+                                name: [
+                                    f"{name} is not supported by this router; it is accepted "
+                                    f"only as {_neutral_text(name)}."
+                                ]
+                            }
+                        )
+                elif name not in self.fields:
+                    raise serializers.ValidationError(
+                        {name: [f"Unrecognized request argument supplied: {name}"]}
+                    )
+            data = {k: v for k, v in data.items() if k not in NEUTRAL_VALUES}
+        return super().to_internal_value(data)
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        problems = check_conversation(attrs)
+        if problems:
+            raise serializers.ValidationError(problems)
+        return attrs
 
     def validate_max_tokens(self, value: int | None) -> int | None:
         return output_tokens_within_limit(value)
@@ -118,35 +194,24 @@ class ChatCompletionRequestSerializer(serializers.Serializer):
 
     def to_request(self) -> AuditRequest:
         d = self.validated_data
-        messages = d["messages"]
-        instructions = "\n\n".join(
-            m["content"] for m in messages if m["role"] in ("system", "developer")
-        )
-        turns = [m for m in messages if m["role"] in ("user", "assistant")]
-        if len(turns) == 1:
-            input_text = turns[0]["content"]
-        else:
-            input_text = "\n\n".join(f"{m['role']}: {m['content']}" for m in turns)
-        if len(input_text) > int(routing_settings.MAX_INPUT_CHARS):
-            raise serializers.ValidationError({"messages": ["The conversation is too long."]})
-        if len(instructions) > int(routing_settings.MAX_INSTRUCTIONS_CHARS):
-            raise serializers.ValidationError({"messages": ["The system messages are too long."]})
         fmt = d.get("response_format") or {}
         schema: dict[str, Any] | None = None
         if fmt.get("type") == "json_schema":
             schema = fmt["json_schema"]["schema"]
         elif fmt.get("type") == "json_object":
             schema = {"type": "object"}
-        selection = _select(d["model"])
+        sampling = self.sampling()
+        sampling["max_tokens"] = d.get("max_completion_tokens") or d.get("max_tokens")
         return AuditRequest(
             task="chat",
-            input_text=input_text,
-            instructions=instructions,
+            messages=d["messages"],
+            tools=d.get("tools") or (),
+            tool_choice=d.get("tool_choice"),
             response_schema=schema,
             stream=bool(d.get("stream")),
-            temperature=d.get("temperature"),
-            max_tokens=d.get("max_completion_tokens") or d.get("max_tokens"),
-            **selection,
+            backstop=False,  # an exhausted chain is a 503, unless the chain opts in
+            **sampling,
+            **_select(d["model"]),
         )
 
 
@@ -185,18 +250,79 @@ _CATEGORY_STATUS: dict[str, tuple[int, str, str]] = {
     "unknown_provider": (404, "invalid_request_error", "model_not_found"),
     "authentication": (502, "upstream_error", "upstream_authentication"),
     "response": (502, "upstream_error", "upstream_bad_response"),
+    "chain_exhausted": (503, "service_unavailable", "no_provider_available"),
 }
 
 
-def error_body(message: str, *, type_: str, code: str | None, param: str | None = None) -> dict:
-    return {"error": {"message": message, "type": type_, "param": param, "code": code}}
+class _AssistantMessageSerializer(serializers.Serializer):
+    role = serializers.ChoiceField(choices=["assistant"])
+    content = serializers.CharField(allow_null=True, help_text="null when only tool calls.")
+    refusal = serializers.CharField(allow_null=True)
+    tool_calls = ToolCallSerializer(many=True, required=False)
+
+
+class _ChoiceSerializer(serializers.Serializer):
+    index = serializers.IntegerField()
+    message = _AssistantMessageSerializer()
+    logprobs = serializers.JSONField(allow_null=True)
+    finish_reason = serializers.ChoiceField(
+        choices=["stop", "length", "tool_calls", "content_filter"]
+    )
+
+
+class _CompletionUsageSerializer(serializers.Serializer):
+    prompt_tokens = serializers.IntegerField()
+    completion_tokens = serializers.IntegerField()
+    total_tokens = serializers.IntegerField()
+
+
+class ChatCompletionSerializer(serializers.Serializer):
+    """The non-streaming answer (``chat.completion``); streamed answers are SSE
+    ``chat.completion.chunk`` events (docs/api.md)."""
+
+    id = serializers.CharField(help_text="chatcmpl- + the routing request id")
+    object = serializers.ChoiceField(choices=["chat.completion"])
+    created = serializers.IntegerField()
+    model = serializers.CharField(help_text="The model that served (never the chain name).")
+    choices = _ChoiceSerializer(many=True)
+    usage = _CompletionUsageSerializer()
+    system_fingerprint = serializers.CharField(allow_null=True)
+
+
+class OpenAIErrorDetailSerializer(serializers.Serializer):
+    message = serializers.CharField()
+    type = serializers.CharField(help_text="invalid_request_error, service_unavailable …")
+    param = serializers.CharField(
+        allow_null=True, help_text="The request parameter at fault (400s), e.g. messages.2.content"
+    )
+    code = serializers.CharField(allow_null=True)
+    request_id = serializers.CharField(
+        required=False, help_text="503 only: the routing decision's request id."
+    )
+    candidates = serializers.ListField(
+        child=serializers.DictField(),
+        required=False,
+        help_text="503 only: each candidate as {provider, outcome, reason} — the skip "
+        "reason (unsupported, missing_key, circuit_open …) or the error category.",
+    )
+
+
+class OpenAIErrorSerializer(serializers.Serializer):
+    error = OpenAIErrorDetailSerializer()
+
+
+def error_body(
+    message: str, *, type_: str, code: str | None, param: str | None = None, **extra: Any
+) -> dict[str, Any]:
+    return {"error": {"message": message, "type": type_, "param": param, "code": code, **extra}}
 
 
 def _flatten(detail: Any, prefix: str = "") -> tuple[str, str | None]:
     if isinstance(detail, dict):
         for key, value in detail.items():
-            message, _ = _flatten(value, f"{prefix}.{key}" if prefix else str(key))
-            return message, (f"{prefix}.{key}" if prefix else str(key))
+            name = "" if key == "non_field_errors" else str(key)
+            path = f"{prefix}.{name}" if prefix and name else (name or prefix)
+            return _flatten(value, path)
     if isinstance(detail, list) and detail:
         return _flatten(detail[0], prefix)
     return (f"{prefix}: {detail}" if prefix else str(detail)), (prefix or None)
@@ -211,6 +337,8 @@ class OpenAIErrorsMixin:
             code_str = code if isinstance(code, str) else None
             if isinstance(exc, exceptions.ValidationError):
                 code_str = "invalid_value"
+                if message.startswith(f"{param}: Unrecognized request argument"):
+                    code_str, message = "unknown_parameter", message.split(": ", 1)[1]
             response.data = error_body(
                 message,
                 type_=_TYPES.get(response.status_code, "api_error"),
@@ -236,9 +364,67 @@ def _error_response(routed: RoutingResult) -> Response:
         category, (503, "service_unavailable", category)
     )
     message = err.message if err else "Every candidate failed."
+    extra: dict[str, Any] = {}
+    if category == "chain_exhausted":
+        candidates = [
+            {"provider": a.provider, "outcome": a.outcome, "reason": a.reason}
+            for a in routed.metadata.attempts
+        ]
+        reasons = ", ".join(f"{c['provider']}: {c['reason']}" for c in candidates) or "none"
+        message = f"No provider could answer (request {routed.request_id}; {reasons})."
+        extra = {"request_id": routed.request_id, "candidates": candidates}
     return Response(
-        error_body(message, type_=type_, code=code), status=status_code, headers=_headers(routed)
+        error_body(message, type_=type_, code=code, **extra),
+        status=status_code,
+        headers=_headers(routed),
     )
+
+
+#: vendor stop reasons → OpenAI's finish_reason values
+_FINISH_REASONS = {
+    "stop": "stop",
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "STOP": "stop",
+    "pause_turn": "stop",
+    "length": "length",
+    "max_tokens": "length",
+    "MAX_TOKENS": "length",
+    "model_context_window_exceeded": "length",
+    "tool_calls": "tool_calls",
+    "tool_use": "tool_calls",
+    "function_call": "tool_calls",
+    "functionCall": "tool_calls",
+    "content_filter": "content_filter",
+    "refusal": "content_filter",
+    "SAFETY": "content_filter",
+    "RECITATION": "content_filter",
+    "BLOCKLIST": "content_filter",
+    "PROHIBITED_CONTENT": "content_filter",
+    "SPII": "content_filter",
+    "IMAGE_SAFETY": "content_filter",
+}
+
+
+def finish_reason(vendor_reason: str | None, *, has_tool_calls: bool) -> str:
+    """OpenAI's ``finish_reason`` (stop / length / tool_calls / content_filter) for a
+    vendor's own stop reason. An answer with tool calls finishes with ``tool_calls``
+    (Gemini reports ``STOP`` for those); an unknown or missing reason is ``stop``."""
+    reason = _FINISH_REASONS.get(vendor_reason or "", "stop")
+    if has_tool_calls and reason == "stop":
+        return "tool_calls"
+    return reason
+
+
+def _message(result: ProviderResult) -> dict[str, Any]:
+    message: dict[str, Any] = {
+        "role": "assistant",
+        "content": result.output if (result.output or not result.tool_calls) else None,
+        "refusal": None,
+    }
+    if result.tool_calls:
+        message["tool_calls"] = [c.to_dict() for c in result.tool_calls]
+    return message
 
 
 def _usage(routed: RoutingResult) -> dict[str, int]:
@@ -258,7 +444,15 @@ class ChatCompletionsView(OpenAIErrorsMixin, RoutingAPIView):
     @extend_schema(**CHAT_COMPLETIONS)  # the reference text: api/schema_docs.py
     @extend_schema(
         request=ChatCompletionRequestSerializer,
-        responses={200: OpenApiTypes.OBJECT},
+        responses={
+            200: ChatCompletionSerializer,
+            400: OpenAIErrorSerializer,
+            401: OpenAIErrorSerializer,
+            404: OpenAIErrorSerializer,
+            429: OpenAIErrorSerializer,
+            502: OpenAIErrorSerializer,
+            503: OpenAIErrorSerializer,
+        },
         summary="OpenAI-compatible chat completions (stream and not)",
     )
     def post(self, request: Request) -> Response | StreamingHttpResponse:
@@ -272,7 +466,6 @@ class ChatCompletionsView(OpenAIErrorsMixin, RoutingAPIView):
         if routed.result.status != "ok":
             return _error_response(routed)
         result = routed.result
-        content = result.output
         body = {
             "id": _completion_id(routed.request_id),
             "object": "chat.completion",
@@ -281,9 +474,11 @@ class ChatCompletionsView(OpenAIErrorsMixin, RoutingAPIView):
             "choices": [
                 {
                     "index": 0,
-                    "message": {"role": "assistant", "content": content, "refusal": None},
+                    "message": _message(result),
                     "logprobs": None,
-                    "finish_reason": result.finish_reason or "stop",
+                    "finish_reason": finish_reason(
+                        result.finish_reason, has_tool_calls=bool(result.tool_calls)
+                    ),
                 }
             ],
             "usage": _usage(routed),
@@ -304,29 +499,40 @@ class ChatCompletionsView(OpenAIErrorsMixin, RoutingAPIView):
 
         def frames() -> Iterator[bytes]:
             role_sent = False
+            streamed_calls = False
             stream_model = ""  # every chunk of one stream names the same model
             for event in itertools.chain([first], events):
                 if isinstance(event, StreamChunk):
                     stream_model = stream_model or event.model
-                    delta: dict[str, Any] = {"content": event.text}
+                    delta: dict[str, Any] = (
+                        {"tool_calls": [event.tool_call.to_dict()]}
+                        if event.tool_call is not None
+                        else {"content": event.text}
+                    )
+                    streamed_calls = streamed_calls or event.tool_call is not None
                     if not role_sent:
-                        delta = {"role": "assistant", "content": event.text}
+                        delta = {"role": "assistant", **delta}
                         role_sent = True
                     yield sse(_chunk(completion_id, created, stream_model, delta, None))
                 elif isinstance(event, StreamResult):
                     routed = event.routed
+                    result = routed.result
                     cid = completion_id
-                    model = stream_model or routed.result.model
-                    if not role_sent:
-                        text = routed.result.output
-                        yield sse(
-                            _chunk(
-                                cid, created, model, {"role": "assistant", "content": text}, None
-                            )
-                        )
-                    yield sse(
-                        _chunk(cid, created, model, {}, routed.result.finish_reason or "stop")
+                    model = stream_model or result.model
+                    if not role_sent or (result.tool_calls and not streamed_calls):
+                        # Nothing (or no tool call) was streamed: send the answer whole.
+                        whole: dict[str, Any] = {"role": "assistant"}
+                        if not role_sent:
+                            whole["content"] = result.output
+                        if result.tool_calls and not streamed_calls:
+                            whole["tool_calls"] = [
+                                {"index": i, **c.to_dict()} for i, c in enumerate(result.tool_calls)
+                            ]
+                        yield sse(_chunk(cid, created, model, whole, None))
+                    finish = finish_reason(
+                        result.finish_reason, has_tool_calls=bool(result.tool_calls)
                     )
+                    yield sse(_chunk(cid, created, model, {}, finish))
                     if include_usage:
                         yield sse(
                             {

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from drf_spectacular.utils import extend_schema_field
@@ -11,8 +12,23 @@ from rest_framework import serializers
 from ..conf import routing_settings
 from ..schemas import SchemaRefused, check_schema
 from ..types import AuditRequest
+from .chat_serializers import (
+    MessagesField,
+    SamplingSerializer,
+    StrictBooleanField,
+    StrictCharField,
+    ToolChoiceField,
+    ToolsField,
+    check_conversation,
+)
 
-__all__ = ["AuditRequestSerializer", "AuditResponseSerializer", "output_tokens_within_limit"]
+__all__ = [
+    "AuditRequestSerializer",
+    "AuditResponseSerializer",
+    "ChatCallSerializer",
+    "StrictCharField",
+    "output_tokens_within_limit",
+]
 
 SLUG_RE = r"^[-a-zA-Z0-9_]+$"
 
@@ -35,15 +51,6 @@ def output_tokens_within_limit(value: int | None) -> int | None:
     if value is not None and value > limit:
         raise serializers.ValidationError(f"Ensure this value is less than or equal to {limit}.")
     return value
-
-
-class StrictCharField(serializers.CharField):
-    """A CharField that refuses numbers and booleans instead of coercing them."""
-
-    def to_internal_value(self, data: Any) -> str:
-        if not isinstance(data, str):
-            self.fail("invalid")
-        return str(super().to_internal_value(data))
 
 
 class StrictRegexField(serializers.RegexField):
@@ -101,18 +108,22 @@ class AuditRequestSerializer(serializers.Serializer):
     instructions = StrictCharField(
         required=False, allow_blank=True, default="", trim_whitespace=False
     )
-    input_text = StrictCharField(trim_whitespace=False)
+    # Exactly one of input_text (one user turn) and messages (a conversation).
+    input_text = StrictCharField(required=False, trim_whitespace=False)
+    messages = MessagesField(required=False)
+    tools = ToolsField(required=False)
+    tool_choice = ToolChoiceField(required=False, allow_null=True)
     provider = StrictRegexField(SLUG_RE, max_length=64, required=False, allow_null=True)
     route = StrictRegexField(SLUG_RE, max_length=64, required=False, allow_null=True)
     force_provider = StrictRegexField(SLUG_RE, max_length=64, required=False, allow_null=True)
     response_schema = serializers.JSONField(required=False, allow_null=True)
     metadata = StrictStringMapField(required=False, default=dict)
-    stream = serializers.BooleanField(required=False, default=False)
+    stream = StrictBooleanField(required=False, default=False)
 
     def get_fields(self) -> dict[str, serializers.Field]:
         fields = super().get_fields()
         # "async" is a Python keyword, so the field is added by name here.
-        fields["async"] = serializers.BooleanField(required=False, default=False)
+        fields["async"] = StrictBooleanField(required=False, default=False)
         return fields
 
     def to_internal_value(self, data: Any) -> Any:
@@ -161,6 +172,13 @@ class AuditRequestSerializer(serializers.Serializer):
         return value
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if ("input_text" in attrs) == ("messages" in attrs):
+            raise serializers.ValidationError(
+                {"input_text": ["Give exactly one of input_text and messages."]}
+            )
+        problems = check_conversation(attrs)
+        if problems:
+            raise serializers.ValidationError(problems)
         if attrs.get("async") and attrs.get("stream"):
             raise serializers.ValidationError({"async": ["Use either stream or async, not both."]})
         if attrs.get("force_provider") and attrs.get("provider"):
@@ -173,7 +191,10 @@ class AuditRequestSerializer(serializers.Serializer):
         d = self.validated_data
         return AuditRequest(
             task=d["task"],
-            input_text=d["input_text"],
+            input_text=d.get("input_text", ""),
+            messages=d.get("messages", ()),
+            tools=d.get("tools", ()),
+            tool_choice=d.get("tool_choice"),
             instructions=d.get("instructions", ""),
             provider=d.get("provider"),
             route=d.get("route"),
@@ -181,6 +202,33 @@ class AuditRequestSerializer(serializers.Serializer):
             response_schema=d.get("response_schema"),
             metadata=d.get("metadata") or {},
             stream=bool(d.get("stream")),
+        )
+
+
+class ChatCallSerializer(SamplingSerializer, AuditRequestSerializer):
+    """The keyword arguments of :func:`llm_routing.chat`: ``/audit/``'s fields with
+    ``messages`` required instead of ``input_text``, a chain chosen by name, the
+    sampling parameters, ``stream``, and ``backstop`` (False: an exhausted chain is an
+    error result instead of the mock's answer, unless the chain opts in)."""
+
+    task = StrictRegexField(SLUG_RE, max_length=64, required=False, default="chat")
+    input_text = None  # type: ignore[assignment]  # DRF: None removes an inherited field
+    messages = MessagesField()
+    chain = StrictRegexField(SLUG_RE, max_length=64, required=False, allow_null=True)
+    backstop = StrictBooleanField(required=False, default=True)
+
+    def get_fields(self) -> dict[str, serializers.Field]:
+        fields = super().get_fields()
+        fields.pop("async")
+        return fields
+
+    def to_request(self) -> AuditRequest:
+        d = self.validated_data
+        return replace(
+            super().to_request(),
+            chain=d.get("chain"),
+            backstop=d["backstop"],
+            **self.sampling(),
         )
 
 
@@ -199,6 +247,17 @@ class ErrorSerializer(serializers.Serializer):
     transient = serializers.BooleanField()
 
 
+class ToolCallFunctionSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    arguments = serializers.CharField(help_text="The call's arguments: a JSON object as text.")
+
+
+class ToolCallSerializer(serializers.Serializer):
+    id = serializers.CharField()
+    type = serializers.ChoiceField(choices=["function"])
+    function = ToolCallFunctionSerializer()
+
+
 class ResultSerializer(serializers.Serializer):
     provider = serializers.CharField()
     model = serializers.CharField()
@@ -208,6 +267,14 @@ class ResultSerializer(serializers.Serializer):
     usage = UsageSerializer()
     latency_ms = serializers.FloatField()
     error = ErrorSerializer(allow_null=True)
+    tool_calls = ToolCallSerializer(
+        many=True, help_text="The tool calls of the answer (OpenAI's shape); [] when none."
+    )
+    finish_reason = serializers.CharField(
+        allow_null=True,
+        help_text="Why the answer ended, in the serving vendor's own words (end_turn, STOP, "
+        "tool_use, length …); /v1 maps it to OpenAI's values.",
+    )
 
     def get_fields(self) -> dict[str, serializers.Field]:
         fields = super().get_fields()

@@ -92,7 +92,10 @@ def _audit_events(audit_request: AuditRequest) -> Iterator[bytes]:
     """``chunk`` (text delta) … then ``result`` (the envelope) or ``error``."""
     for event in route_stream(audit_request):
         if isinstance(event, StreamChunk):
-            yield sse({"text": event.text}, event="chunk")
+            chunk: dict[str, Any] = {"text": event.text}
+            if event.tool_call is not None:  # a fragment of a tool call (OpenAI's shape)
+                chunk["tool_call"] = event.tool_call.to_dict()
+            yield sse(chunk, event="chunk")
         elif isinstance(event, StreamResult):
             yield sse(event.routed.to_dict(), event="result")
         elif isinstance(event, StreamFailure):

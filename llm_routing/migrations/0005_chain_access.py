@@ -8,7 +8,7 @@ class Migration(migrations.Migration):
 
     dependencies = [
         ('auth', '0012_alter_user_first_name_max_length'),
-        ('llm_routing', '0003_auditjob'),
+        ('llm_routing', '0004_chat_capabilities'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 

@@ -44,6 +44,9 @@ from ..types import (
     StreamDelta,
     StreamEnd,
     StreamEvent,
+    StreamToolCallDelta,
+    ToolCall,
+    ToolCallDelta,
     Usage,
 )
 from .classify import classify_http_error, from_httpx_exception, parse_retry_after
@@ -53,6 +56,7 @@ __all__ = [
     "CAPABILITIES",
     "BaseProvider",
     "HttpProvider",
+    "events_of",
     "read_api_key",
     "validate_structured",
 ]
@@ -106,16 +110,14 @@ class BaseProvider(ABC):
     def stream(
         self, request: AuditRequest, *, api_key: str | None, timeout: float
     ) -> Iterator[StreamEvent]:
-        """Yield StreamDelta events, then one StreamEnd; raise a ProviderError on failure.
+        """Yield StreamDelta / StreamToolCallDelta events, then one StreamEnd; raise a
+        ProviderError on failure.
 
         ``timeout`` bounds the whole stream; adapters that stream natively also enforce
         ``config.first_token_timeout_s`` before the first delta and an idle timeout
         between events. This default answers in one piece through :meth:`complete`.
         """
-        result = self.complete(request, api_key=api_key, timeout=timeout)
-        if result.output:
-            yield StreamDelta(result.output)
-        yield StreamEnd(finish_reason=result.finish_reason, usage=result.usage, model=result.model)
+        yield from events_of(self.complete(request, api_key=api_key, timeout=timeout))
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release pooled resources (HTTP clients)."""
@@ -309,7 +311,7 @@ class HttpProvider(BaseProvider):
                             http_status=status,
                         )
                     try:
-                        texts = decoder.feed(event)
+                        items = decoder.feed(event)
                     except ProviderError as exc:
                         # An in-band error is raised after the commit point too, where
                         # no retry layer scrubs it: its vendor message may echo the key.
@@ -327,17 +329,25 @@ class HttpProvider(BaseProvider):
                                 "The provider's stream has too many malformed events."
                             ) from None
                         continue
-                    for text in texts:
+                    for item in items:
                         clock.got_token()
                         clock.paused()
-                        yield StreamDelta(text)
+                        if isinstance(item, str):
+                            yield StreamDelta(item)
+                        else:
+                            yield StreamToolCallDelta(item)
                         clock.waiting()
                     if decoder.done:
                         break
                 if clock.expired and not decoder.done:  # an end marker beats a late alarm
                     raise clock.error()
                 end = decoder.end()
-                if end is not None and request.response_schema is not None:
+                # A tool-call answer carries no structured text to validate.
+                if (
+                    end is not None
+                    and request.response_schema is not None
+                    and (decoder.text or not end.tool_calls)
+                ):
                     validate_structured(decoder.text, request.response_schema)
         except (httpx.HTTPError, httpx.InvalidURL) as exc:
             if clock.expired:
@@ -360,10 +370,7 @@ class HttpProvider(BaseProvider):
         self, request: AuditRequest, status: int, headers: httpx.Headers, body: bytes
     ) -> Iterator[StreamEvent]:
         """An error status, or a 200 that is not SSE (a server ignoring ``stream``)."""
-        result = self.parse_answer(request, status, headers, body)
-        if result.output:
-            yield StreamDelta(result.output)
-        yield StreamEnd(finish_reason=result.finish_reason, usage=result.usage, model=result.model)
+        yield from events_of(self.parse_answer(request, status, headers, body))
 
     def stream_decoder(self, request: AuditRequest) -> StreamDecoder | None:
         """The vendor's SSE decoder for one stream; None → no native streaming."""
@@ -439,6 +446,7 @@ class HttpProvider(BaseProvider):
         input_tokens: object = 0,
         output_tokens: object = 0,
         finish_reason: object = None,
+        tool_calls: tuple[ToolCall, ...] = (),
     ) -> ProviderResult:
         return ProviderResult(
             provider=self.config.name,
@@ -449,7 +457,25 @@ class HttpProvider(BaseProvider):
             data=data,
             usage=Usage(input_tokens=_int(input_tokens), output_tokens=_int(output_tokens)),
             finish_reason=str(finish_reason) if finish_reason is not None else None,
+            tool_calls=tool_calls,
         )
+
+
+def events_of(result: ProviderResult) -> Iterator[StreamEvent]:
+    """A whole answer as stream events: its text in one delta, one delta per tool call
+    (id, name and the full arguments), then the end carrying the calls."""
+    if result.output:
+        yield StreamDelta(result.output)
+    for index, call in enumerate(result.tool_calls):
+        yield StreamToolCallDelta(
+            ToolCallDelta(index=index, id=call.id, name=call.name, arguments=call.arguments)
+        )
+    yield StreamEnd(
+        finish_reason=result.finish_reason,
+        usage=result.usage,
+        model=result.model,
+        tool_calls=result.tool_calls,
+    )
 
 
 def _read_limited(response: httpx.Response, deadline: float) -> bytes:

@@ -25,25 +25,47 @@ event is a whole ``GenerateContentResponse`` (text in
 ``usageMetadata`` and ``modelVersion``). There is no end marker: the body's clean end
 after a finish reason completes the stream. The key stays in the header.
 
-Pass-through: the request's ``temperature`` and ``max_tokens`` (``maxOutputTokens``)
-override the row's params. A continuation ``prefill`` is a trailing
-``{"role": "model", "parts": [{"text": …}]}`` turn.
+Pass-through: the request's ``temperature``, ``max_tokens`` (``maxOutputTokens``),
+``top_p`` (``topP``), ``stop`` (``stopSequences``) and ``seed`` override the row's
+params; ``user`` has no Gemini equivalent and is dropped. A continuation ``prefill`` is
+a trailing ``{"role": "model", "parts": [{"text": …}]}`` turn.
+
+The conversation: ``system`` and ``developer`` turns go to ``systemInstruction`` (their
+texts joined by a blank line); user turns are ``{"role": "user", "parts"}``, assistant
+turns ``{"role": "model", "parts"}`` — text parts, ``functionCall`` parts
+``{name, args}`` for tool calls (args the parsed JSON arguments: anything but a JSON
+object is an invalid request). ``tool`` turns become ``functionResponse`` parts
+``{name, response}`` of one user turn (consecutive results share it): the name is the
+turn's ``name`` or that of the earlier call with its ``tool_call_id``; the response is
+the result's JSON object, anything else wrapped as ``{"result": …}``. Call ids are not
+sent: Gemini matches responses to calls by name and order. Images: a base64 ``data:``
+URL becomes ``inlineData``, an http(s) URL ``fileData.fileUri`` (Gemini reads only
+URLs it can reach — its File API, Cloud Storage, some public hosts; others fail
+upstream with 400). ``tools`` → ``[{"functionDeclarations": [{name, description,
+parameters}]}]`` (parameters reduced like ``responseSchema``); ``tool_choice`` →
+``toolConfig.functionCallingConfig`` ``mode`` ``AUTO`` / ``ANY`` / ``NONE``, a named
+function ``ANY`` with ``allowedFunctionNames``. A response's ``functionCall`` parts
+become ``result.tool_calls`` (the part's ``id`` when present, else ``call_<n>``;
+arguments the compact JSON of ``args``); streamed, each arrives whole in one event and
+is forwarded as one fragment with its full arguments.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any, ClassVar
 from urllib.parse import quote
 
 from httpx_sse import ServerSentEvent
 
-from ..errors import ContentPolicyError, ResponseError
-from ..types import AuditRequest, ProviderResult
+from ..errors import ContentPolicyError, InvalidRequestError, ResponseError
+from ..types import AuditRequest, ContentPart, ForcedTool, Message, ProviderResult, ToolCall
 from .base import HttpProvider, validate_structured
-from .streaming import MalformedEvent, StreamDecoder
+from .chat import arguments_object, compact_json, data_url, split_system
+from .streaming import MalformedEvent, StreamDecoder, StreamItem
 
-__all__ = ["GeminiProvider", "GeminiStreamDecoder", "gemini_schema"]
+__all__ = ["GeminiProvider", "GeminiStreamDecoder", "gemini_contents", "gemini_schema"]
 
 _PARAM_NAMES = {
     "max_tokens": "maxOutputTokens",
@@ -84,6 +106,7 @@ _SCHEMA_KEYS = frozenset(
         "maximum",
     }
 )
+_MODES = {"auto": "AUTO", "required": "ANY", "none": "NONE"}
 _BLOCKED_FINISH = frozenset(
     {"SAFETY", "RECITATION", "PROHIBITED_CONTENT", "BLOCKLIST", "SPII", "IMAGE_SAFETY"}
 )
@@ -118,6 +141,102 @@ def gemini_schema(schema: Any, *, depth: int = 0) -> Any:
     return out
 
 
+def gemini_contents(turns: list[Message]) -> list[dict[str, Any]]:
+    """User, assistant and tool turns as ``contents``."""
+    out: list[dict[str, Any]] = []
+    names: dict[str, str] = {}  # tool_call_id → function name, from earlier calls
+    results_open = False
+    for message in turns:
+        if message.role == "tool":
+            name = message.name or names.get(message.tool_call_id or "")
+            if not name:
+                raise InvalidRequestError(
+                    "A tool message needs its tool's name (name, or the tool_call_id of "
+                    "an earlier call) for Gemini."
+                )
+            part = {"functionResponse": {"name": name, "response": _response_object(message)}}
+            if results_open:
+                out[-1]["parts"].append(part)
+            else:
+                out.append({"role": "user", "parts": [part]})
+                results_open = True
+            continue
+        results_open = False
+        parts = _parts(message.content)
+        if message.role == "assistant":
+            if message.tool_calls and not message.text:
+                parts = [p for p in parts if "text" not in p]
+            for call in message.tool_calls:
+                names[call.id] = call.name
+                parts.append({"functionCall": {"name": call.name, "args": arguments_object(call)}})
+            out.append({"role": "model", "parts": parts})
+        else:
+            out.append({"role": "user", "parts": parts})
+    return out
+
+
+def _parts(content: str | tuple[ContentPart, ...]) -> list[dict[str, Any]]:
+    if isinstance(content, str):
+        return [{"text": content}]
+    parts: list[dict[str, Any]] = []
+    for part in content:
+        if part.type == "text":
+            parts.append({"text": part.text})
+            continue
+        inline = data_url(part.image_url)
+        if inline is not None:
+            parts.append({"inlineData": {"mimeType": inline[0], "data": inline[1]}})
+        elif part.image_url.startswith(("https://", "http://")):
+            parts.append({"fileData": {"fileUri": part.image_url}})
+        else:
+            raise InvalidRequestError("An image URL must be http(s) or a base64 data: URL.")
+    return parts
+
+
+def _response_object(message: Message) -> dict[str, Any]:
+    """A tool result as the JSON object Gemini requires (others wrapped in ``result``)."""
+    text = message.text
+    try:
+        value: Any = json.loads(text)
+    except (ValueError, RecursionError):
+        value = text
+    return value if isinstance(value, dict) else {"result": value}
+
+
+def _parameters(schema: Mapping[str, Any]) -> dict[str, Any]:
+    """``{"parameters": …}`` of a function declaration, or nothing: Gemini rejects an
+    object schema without properties (a function without arguments has none)."""
+    reduced = gemini_schema(dict(schema)) if schema else {}
+    if not reduced or (reduced.get("type") == "object" and not reduced.get("properties")):
+        return {}
+    return {"parameters": reduced}
+
+
+def _tool_config(choice: str | ForcedTool) -> dict[str, Any]:
+    if isinstance(choice, ForcedTool):
+        config: dict[str, Any] = {"mode": "ANY", "allowedFunctionNames": [choice.name]}
+    else:
+        config = {"mode": _MODES[choice]}
+    return {"functionCallingConfig": config}
+
+
+def _function_call(part: dict[str, Any]) -> tuple[str | None, str, str] | None:
+    """(id, name, arguments JSON) of a ``functionCall`` part; None for other parts."""
+    call = part.get("functionCall")
+    if call is None:
+        return None
+    name = call.get("name") if isinstance(call, dict) else None
+    if not isinstance(call, dict) or not isinstance(name, str) or not name:
+        raise ResponseError("A functionCall part has no name.")
+    call_id = call.get("id")
+    args = call.get("args")
+    return (
+        call_id if isinstance(call_id, str) and call_id else None,
+        name,
+        compact_json({} if args is None else args),
+    )
+
+
 class GeminiStreamDecoder(StreamDecoder):
     """``streamGenerateContent?alt=sse`` events: one GenerateContentResponse each."""
 
@@ -125,7 +244,7 @@ class GeminiStreamDecoder(StreamDecoder):
         super().__init__()
         self.provider = provider
 
-    def feed(self, event: ServerSentEvent) -> list[str]:
+    def feed(self, event: ServerSentEvent) -> list[StreamItem]:
         data = self.load(event)
         self.provider.raise_for_error_body(data)
         if isinstance(data.get("modelVersion"), str) and data["modelVersion"]:
@@ -154,11 +273,21 @@ class GeminiStreamDecoder(StreamDecoder):
         parts = content.get("parts") if isinstance(content, dict) else None
         if parts is not None and not isinstance(parts, list):
             raise MalformedEvent
-        texts = [
-            p["text"]
-            for p in parts or ()
-            if isinstance(p, dict) and isinstance(p.get("text"), str) and not p.get("thought")
-        ]
+        items: list[StreamItem] = []
+        for part in parts or ():
+            if not isinstance(part, dict) or part.get("thought"):
+                continue
+            if isinstance(part.get("text"), str):
+                items.extend(self.emit([part["text"]]))
+                continue
+            try:
+                call = _function_call(part)
+            except ResponseError:
+                raise MalformedEvent from None
+            if call is not None:
+                call_id, name, arguments = call
+                key = object()  # each Gemini call arrives whole: a key of its own
+                items.append(self.start_tool_call(key, id=call_id, name=name, arguments=arguments))
         finish = candidate.get("finishReason")
         if finish in _BLOCKED_FINISH:
             raise ContentPolicyError(
@@ -166,7 +295,7 @@ class GeminiStreamDecoder(StreamDecoder):
             )
         if isinstance(finish, str) and finish and finish != "FINISH_REASON_UNSPECIFIED":
             self.finish_reason = finish
-        return self.emit(texts)
+        return items
 
 
 class GeminiProvider(HttpProvider):
@@ -203,15 +332,41 @@ class GeminiProvider(HttpProvider):
             config["temperature"] = request.temperature
         if request.max_tokens is not None:
             config["maxOutputTokens"] = request.max_tokens
+        if request.top_p is not None:
+            config["topP"] = request.top_p
+        if request.stop:
+            config["stopSequences"] = list(request.stop)
+        if request.seed is not None:
+            config["seed"] = request.seed
         if request.response_schema is not None:
             config["responseMimeType"] = "application/json"
             config["responseSchema"] = gemini_schema(dict(request.response_schema))
-        contents: list[dict[str, Any]] = [{"role": "user", "parts": [{"text": request.input_text}]}]
+        if request.messages:
+            system, turns = split_system(request.conversation)
+            contents = gemini_contents(turns)
+        else:  # the one-shot form, built directly (the adapter's per-call cost)
+            system = request.instructions
+            contents = [{"role": "user", "parts": [{"text": request.input_text}]}]
         if request.prefill:
             contents.append({"role": "model", "parts": [{"text": request.prefill}]})
         payload: dict[str, Any] = {"contents": contents}
-        if request.instructions:
-            payload["systemInstruction"] = {"parts": [{"text": request.instructions}]}
+        if system:
+            payload["systemInstruction"] = {"parts": [{"text": system}]}
+        if request.tools:
+            payload["tools"] = [
+                {
+                    "functionDeclarations": [
+                        {
+                            "name": tool.name,
+                            **({"description": tool.description} if tool.description else {}),
+                            **_parameters(tool.parameters),
+                        }
+                        for tool in request.tools
+                    ]
+                }
+            ]
+        if request.tool_choice is not None:
+            payload["toolConfig"] = _tool_config(request.tool_choice)
         if config:
             payload["generationConfig"] = config
         return payload
@@ -250,7 +405,17 @@ class GeminiProvider(HttpProvider):
             for p in parts or ()
             if isinstance(p, dict) and isinstance(p.get("text"), str) and not p.get("thought")
         ]
-        if finish in _BLOCKED_FINISH and not texts:
+        tool_calls: list[ToolCall] = []
+        for part in parts or ():
+            call = _function_call(part) if isinstance(part, dict) else None
+            if call is not None:
+                call_id, name, arguments = call
+                tool_calls.append(
+                    ToolCall(
+                        id=call_id or f"call_{len(tool_calls)}", name=name, arguments=arguments
+                    )
+                )
+        if finish in _BLOCKED_FINISH and not texts and not tool_calls:
             raise ContentPolicyError(
                 "The provider withheld the answer under its content policy.", code=str(finish)
             )
@@ -258,7 +423,8 @@ class GeminiProvider(HttpProvider):
             raise ResponseError("candidates[0].content.parts is missing.")
         output = "".join(texts)
         structured = None
-        if request.response_schema is not None:
+        # A tool-call answer carries no structured text to validate.
+        if request.response_schema is not None and (output or not tool_calls):
             structured = validate_structured(output, request.response_schema)
         usage = data.get("usageMetadata")
         if not isinstance(usage, dict):
@@ -270,4 +436,5 @@ class GeminiProvider(HttpProvider):
             input_tokens=usage.get("promptTokenCount", 0),
             output_tokens=usage.get("candidatesTokenCount", 0),
             finish_reason=finish,
+            tool_calls=tuple(tool_calls),
         )

@@ -1,8 +1,10 @@
 """The mock provider: deterministic, offline, always available.
 
-The same (task, instructions, input_text, response_schema) always yields the same
-output, and the output says that it is a mock. It is the router's backstop and the
-adapter used for any provider row in ``mode = mock`` (staging without keys).
+The same (task, instructions, input — ``input_text``, or the whole conversation when
+``messages`` are given — response_schema) always yields the same output, and the
+output says that it is a mock. It answers a request offering tools with text (it never
+invents a tool call). It is the router's backstop and the adapter used for any
+provider row in ``mode = mock`` (staging without keys).
 """
 
 from __future__ import annotations
@@ -24,8 +26,15 @@ __all__ = ["MockProvider", "instance_from_schema"]
 
 
 def _digest(request: AuditRequest) -> str:
+    # A one-shot request keeps its digest of before conversations existed.
+    conversation = [m.to_dict() for m in request.messages] if request.messages else None
     material = json.dumps(
-        [request.task, request.instructions, request.input_text, request.response_schema],
+        [
+            request.task,
+            request.instructions,
+            conversation or request.input_text,
+            request.response_schema,
+        ],
         sort_keys=True,
         ensure_ascii=True,
         default=str,
@@ -69,7 +78,7 @@ class MockProvider(BaseProvider):
         digest = _digest(request)
         output = (
             f"[mock] {request.task}: deterministic mock answer {digest[:16]} "
-            f"for {len(request.input_text)} characters of input."
+            f"for {request.input_length} characters of input."
         )
         data = None
         if request.response_schema is not None:
@@ -97,7 +106,7 @@ class MockProvider(BaseProvider):
             output=output,
             data=data,
             usage=Usage(
-                input_tokens=(len(request.instructions) + len(request.input_text) + 3) // 4,
+                input_tokens=(len(request.instructions) + request.input_length + 3) // 4,
                 output_tokens=len(output.split()),
             ),
             latency_ms=(time.perf_counter() - started) * 1000,

@@ -1,9 +1,17 @@
 """OpenAI Chat Completions (``POST {base_url}/chat/completions``).
 
-Request: ``Authorization: Bearer <key>``; body ``{"model", "messages": [system?, user],
-…params}``; structured output through ``response_format`` ``{"type": "json_schema",
-"json_schema": {"name", "schema", "strict": true}}``.
-Response: ``choices[0].message.content`` (or ``.refusal``), ``choices[0].finish_reason``,
+Request: ``Authorization: Bearer <key>``; body ``{"model", "messages", …params}``.
+``messages`` is the request's conversation in OpenAI's own shape (roles ``system``,
+``developer``, ``user``, ``assistant``, ``tool``; content a string or ``text`` /
+``image_url`` parts; assistant ``tool_calls``; ``tool_call_id`` on tool turns; an
+assistant turn with tool calls and no text sends ``content: null``). The request's
+``tools``, ``tool_choice``, ``stop``, ``top_p``, ``seed`` and ``user`` are sent under
+their own names and override the row's ``params``. Structured output through
+``response_format`` ``{"type": "json_schema", "json_schema": {"name", "schema",
+"strict": true}}``.
+Response: ``choices[0].message.content`` (or ``.refusal``), ``.tool_calls``
+(``[{id, type: "function", function: {name, arguments}}]``, normalized into
+``result.tool_calls``), ``choices[0].finish_reason`` (kept as sent: ``tool_calls``),
 ``usage.prompt_tokens`` / ``usage.completion_tokens``, ``model``.
 Errors: ``{"error": {"message", "type", "param", "code"}}`` — ``code`` such as
 ``context_length_exceeded``, ``invalid_api_key``, ``rate_limit_exceeded``,
@@ -12,6 +20,8 @@ Errors: ``{"error": {"message", "type", "param", "code"}}`` — ``code`` such as
 Streaming: ``"stream": true`` and ``stream_options: {"include_usage": true}`` (a row
 may send ``params {"stream_include_usage": false}`` for servers that reject it);
 ``data:`` events carry ``chat.completion.chunk`` objects (``choices[0].delta.content``,
+``choices[0].delta.tool_calls`` fragments — the first of each ``index`` with ``id`` and
+``function.name``, later ones pieces of ``function.arguments`` — and
 ``choices[0].finish_reason``), then a usage chunk with empty ``choices``, then
 ``data: [DONE]``. A mid-stream failure is an in-band ``data: {"error": {…}}`` event.
 
@@ -20,6 +30,10 @@ face) override the row's ``params``; ``max_tokens`` is sent under the key the ro
 params use (``max_tokens`` or ``max_completion_tokens``), else under
 :attr:`OpenAIProvider.max_tokens_key`. A continuation ``prefill`` is sent as a
 trailing assistant message.
+
+``openai_compatible`` differs in one place: a ``developer`` turn is sent as ``system``
+(vLLM, Ollama, llama.cpp and LM Studio reject or ignore the newer role; see
+:attr:`OpenAIProvider.developer_role`).
 """
 
 from __future__ import annotations
@@ -30,11 +44,18 @@ from typing import Any, ClassVar
 from httpx_sse import ServerSentEvent
 
 from ..errors import ContentPolicyError, ResponseError
-from ..types import AuditRequest, ProviderResult
+from ..types import AuditRequest, ForcedTool, Message, ProviderResult, ToolCall
 from .base import HttpProvider, validate_structured
-from .streaming import MalformedEvent, StreamDecoder
+from .chat import compact_json
+from .streaming import MalformedEvent, StreamDecoder, StreamItem
 
-__all__ = ["ChatCompletionChunkDecoder", "OpenAIProvider", "chat_messages", "schema_name"]
+__all__ = [
+    "ChatCompletionChunkDecoder",
+    "OpenAIProvider",
+    "chat_messages",
+    "schema_name",
+    "tool_choice_value",
+]
 
 _RESERVED = frozenset(
     {
@@ -46,19 +67,49 @@ _RESERVED = frozenset(
         "n",
         "strict_schema",
         "stream_include_usage",
+        "tools",
+        "tool_choice",
     }
 )
 _NAME_RE = re.compile(r"[^a-zA-Z0-9_-]+")
 
 
-def chat_messages(request: AuditRequest) -> list[dict[str, str]]:
-    messages: list[dict[str, str]] = []
-    if request.instructions:
-        messages.append({"role": "system", "content": request.instructions})
-    messages.append({"role": "user", "content": request.input_text})
+def chat_messages(request: AuditRequest, *, developer_role: str = "developer") -> list[Any]:
+    """The conversation in OpenAI's ``messages`` shape (plus a trailing assistant
+    prefill); ``developer`` turns are sent with role ``developer_role``."""
+    if request.messages:
+        messages: list[Any] = [_chat_message(m, developer_role) for m in request.conversation]
+    else:  # the one-shot form, built directly (the adapter's per-call cost)
+        messages = (
+            [{"role": "system", "content": request.instructions}] if request.instructions else []
+        )
+        messages.append({"role": "user", "content": request.input_text})
     if request.prefill:
         messages.append({"role": "assistant", "content": request.prefill})
     return messages
+
+
+def _chat_message(message: Message, developer_role: str) -> dict[str, Any]:
+    if isinstance(message.content, str) and not message.tool_calls and message.name is None:
+        # The common case, built directly (the adapter's per-call cost).
+        out: dict[str, Any] = {"role": message.role, "content": message.content}
+        if message.tool_call_id is not None:
+            out["tool_call_id"] = message.tool_call_id
+    else:
+        out = message.to_dict()
+        if message.tool_calls and not message.content:
+            out["content"] = None  # what OpenAI itself returns for a tool-call turn
+        if message.role == "tool":
+            out.pop("name", None)  # a tool turn is matched by tool_call_id; no name field
+    if message.role == "developer":
+        out["role"] = developer_role
+    return out
+
+
+def tool_choice_value(choice: str | ForcedTool) -> Any:
+    if isinstance(choice, ForcedTool):
+        return {"type": "function", "function": {"name": choice.name}}
+    return choice
 
 
 def schema_name(schema: Any) -> str:
@@ -74,8 +125,9 @@ class ChatCompletionChunkDecoder(StreamDecoder):
     def __init__(self, provider: OpenAIProvider) -> None:
         super().__init__()
         self.provider = provider
+        self._last_key: object = None  # the key of the last tool-call fragment
 
-    def feed(self, event: ServerSentEvent) -> list[str]:
+    def feed(self, event: ServerSentEvent) -> list[StreamItem]:
         if event.data.strip() == "[DONE]":
             self.done = True
             return []
@@ -94,7 +146,7 @@ class ChatCompletionChunkDecoder(StreamDecoder):
             return []
         if not isinstance(choices, list):
             raise MalformedEvent
-        texts: list[str] = []
+        items: list[StreamItem] = []
         for choice in choices:
             if not isinstance(choice, dict):
                 raise MalformedEvent
@@ -113,10 +165,43 @@ class ChatCompletionChunkDecoder(StreamDecoder):
                     code="content_filter",
                 )
             if content:
-                texts.append(content)
+                items.extend(self.emit([content]))
+            calls = delta.get("tool_calls")
+            if calls is not None:
+                items.extend(self._tool_fragments(calls))
             if finish:
                 self.finish_reason = str(finish)
-        return self.emit(texts)
+        return items
+
+    def _tool_fragments(self, calls: object) -> list[StreamItem]:
+        if not isinstance(calls, list):
+            raise MalformedEvent
+        items: list[StreamItem] = []
+        for position, call in enumerate(calls):
+            if not isinstance(call, dict):
+                raise MalformedEvent
+            function = call.get("function") or {}
+            if not isinstance(function, dict):
+                raise MalformedEvent
+            call_id, name = call.get("id"), function.get("name")
+            arguments = function.get("arguments")
+            if not (
+                isinstance(call_id, str | None)
+                and isinstance(name, str | None)
+                and isinstance(arguments, str | None)
+            ):
+                raise MalformedEvent
+            key: object = call.get("index")
+            if key is None:
+                # Some compatible servers leave out ``index``: a new id is a new call,
+                # a fragment without one continues the last call.
+                key = ("id", call_id) if call_id else self._last_key
+                key = key if key is not None else position
+            elif not isinstance(key, int):
+                raise MalformedEvent
+            self._last_key = key
+            items.extend(self.tool_call_items(key, id=call_id, name=name, arguments=arguments))
+        return items
 
 
 class OpenAIProvider(HttpProvider):
@@ -127,6 +212,8 @@ class OpenAIProvider(HttpProvider):
     capabilities: ClassVar[frozenset[str]] = frozenset(
         {"streaming", "structured_output", "tools", "images"}
     )
+    #: The role a ``developer`` turn is sent with.
+    developer_role: ClassVar[str] = "developer"
 
     def endpoint(self, request: AuditRequest) -> str:
         return f"{self.base_url}/chat/completions"
@@ -138,10 +225,22 @@ class OpenAIProvider(HttpProvider):
         payload: dict[str, Any] = {
             **self.extra_params(_RESERVED),
             "model": self.config.model,
-            "messages": chat_messages(request),
+            "messages": chat_messages(request, developer_role=self.developer_role),
         }
+        if request.tools:
+            payload["tools"] = [tool.to_dict() for tool in request.tools]
+        if request.tool_choice is not None:
+            payload["tool_choice"] = tool_choice_value(request.tool_choice)
         if request.temperature is not None:
             payload["temperature"] = request.temperature
+        if request.top_p is not None:
+            payload["top_p"] = request.top_p
+        if request.stop:
+            payload["stop"] = list(request.stop)
+        if request.seed is not None:
+            payload["seed"] = request.seed
+        if request.user is not None:
+            payload["user"] = request.user
         if request.max_tokens is not None:
             params = self.config.params or {}
             key = next(
@@ -202,8 +301,10 @@ class OpenAIProvider(HttpProvider):
             content = ""
         if not isinstance(content, str):
             raise ResponseError("choices[0].message.content is not a string.")
+        tool_calls = _parse_tool_calls(message.get("tool_calls"))
         structured = None
-        if request.response_schema is not None:
+        # A tool-call answer carries no structured text to validate.
+        if request.response_schema is not None and (content or not tool_calls):
             structured = validate_structured(content, request.response_schema)
         usage = data.get("usage")
         if not isinstance(usage, dict):
@@ -215,4 +316,36 @@ class OpenAIProvider(HttpProvider):
             input_tokens=usage.get("prompt_tokens", 0),
             output_tokens=usage.get("completion_tokens", 0),
             finish_reason=finish,
+            tool_calls=tool_calls,
         )
+
+
+def _parse_tool_calls(calls: object) -> tuple[ToolCall, ...]:
+    """``message.tool_calls`` normalized (a missing id becomes ``call_<n>``; arguments
+    a compatible server sends as an object become JSON text)."""
+    if calls is None:
+        return ()
+    if not isinstance(calls, list):
+        raise ResponseError("choices[0].message.tool_calls is not a list.")
+    out: list[ToolCall] = []
+    for n, call in enumerate(calls):
+        function = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(call, dict) or not isinstance(function, dict):
+            raise ResponseError("A tool call in choices[0].message is not an object.")
+        name = function.get("name")
+        if not isinstance(name, str) or not name:
+            raise ResponseError("A tool call in choices[0].message has no function name.")
+        arguments = function.get("arguments")
+        if arguments is None:
+            arguments = "{}"
+        elif not isinstance(arguments, str):
+            arguments = compact_json(arguments)
+        call_id = call.get("id")
+        out.append(
+            ToolCall(
+                id=call_id if isinstance(call_id, str) and call_id else f"call_{n}",
+                name=name,
+                arguments=arguments,
+            )
+        )
+    return tuple(out)

@@ -5,6 +5,9 @@ Groq, Together … The ``base_url`` includes the version prefix (``…/v1``) and
 required. A key is optional: local servers usually need none, so a row without
 ``api_key_env`` is not skipped as ``missing_key``; a row that names a variable needs
 it set.
+
+A ``developer`` turn is sent as ``system``: vLLM, Ollama, llama.cpp and LM Studio
+reject or ignore the newer role, and a system turn means the same to them.
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ class OpenAICompatibleProvider(OpenAIProvider):
     # Servers differ: streaming and tools are near-universal (vLLM, Ollama, llama.cpp,
     # LM Studio); structured output and images are declared per row.
     capabilities: ClassVar[frozenset[str]] = frozenset({"streaming", "tools"})
+    # Many local servers reject (or silently drop) the newer ``developer`` role.
+    developer_role: ClassVar[str] = "system"
 
     @property
     def requires_key(self) -> bool:  # type: ignore[override]

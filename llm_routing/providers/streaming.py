@@ -3,7 +3,12 @@ first-token / idle / overall timeouts of one stream.
 
 SSE framing is httpx-sse's (:class:`httpx_sse.EventSource`); a vendor decoder
 (:class:`StreamDecoder` subclass, one per wire format, living next to its adapter)
-turns each event into text pieces and remembers the finish reason, usage and model.
+turns each event into text pieces and tool-call fragments and remembers the finish
+reason, usage and model. Tool calls are assembled in one place for every vendor
+(:meth:`StreamDecoder.start_tool_call` / :meth:`StreamDecoder.tool_arguments`): the
+first fragment of a call carries its id and name, later ones pieces of its JSON
+arguments, and :meth:`StreamDecoder.end` hands the complete calls to the StreamEnd —
+a stream cut before its end never presents a half call.
 
 Hand-written here, because no library has the semantics: the **stall watchdog**.
 httpx applies one per-read socket timeout to a whole response body (httpcore takes
@@ -31,10 +36,13 @@ from typing import Any
 import httpx
 from httpx_sse import ServerSentEvent
 
-from ..errors import ProviderTimeoutError
-from ..types import StreamEnd, Usage
+from ..errors import ProviderTimeoutError, ResponseError
+from ..types import StreamEnd, ToolCall, ToolCallDelta, Usage
 
-__all__ = ["MalformedEvent", "StreamClock", "StreamDecoder"]
+__all__ = ["MalformedEvent", "StreamClock", "StreamDecoder", "StreamItem"]
+
+#: What one event yields: answer text, or a fragment of a tool call.
+StreamItem = str | ToolCallDelta
 
 logger = logging.getLogger("llm_routing.providers")
 
@@ -46,7 +54,8 @@ class MalformedEvent(Exception):
 class StreamDecoder:
     """Per-stream state of one vendor's SSE wire format.
 
-    :meth:`feed` returns the text pieces one event carries (may be empty), raises
+    :meth:`feed` returns what one event carries (may be empty): text pieces and
+    :class:`~llm_routing.types.ToolCallDelta` fragments, in order; it raises
     :class:`MalformedEvent` for an event it cannot read, or a ProviderError for an
     in-band error event. ``done`` is set by the vendor's explicit end marker
     (``[DONE]``, ``message_stop``); a body that simply ends is judged by
@@ -63,9 +72,53 @@ class StreamDecoder:
         # Whitespace cut from the end of a prefill the vendor would reject with it;
         # removed again from the start of the continuation (never duplicated).
         self._strip_prefix = strip_prefix
+        # Tool calls by the vendor's key (OpenAI's ``index``, Anthropic's content block
+        # index, a running count for Gemini): [ordinal, id, name, argument pieces].
+        self._calls: dict[object, tuple[int, str, str, list[str]]] = {}
 
-    def feed(self, event: ServerSentEvent) -> list[str]:
+    def feed(self, event: ServerSentEvent) -> list[StreamItem]:
         raise NotImplementedError
+
+    # --- tool calls -------------------------------------------------------------------
+    def start_tool_call(
+        self, key: object, *, id: str | None, name: str | None, arguments: str = ""
+    ) -> ToolCallDelta:
+        """The first fragment of a new call (``index`` counts calls in order of
+        appearance; a missing id becomes ``call_<index>``)."""
+        index = len(self._calls)
+        call_id = id or f"call_{index}"
+        self._calls[key] = (index, call_id, name or "", [arguments] if arguments else [])
+        return ToolCallDelta(index=index, id=call_id, name=name or "", arguments=arguments)
+
+    def has_tool_call(self, key: object) -> bool:
+        return key in self._calls
+
+    def tool_arguments(self, key: object, fragment: str) -> ToolCallDelta | None:
+        """A later piece of the arguments of call ``key`` (None when empty)."""
+        index, _, _, pieces = self._calls[key]
+        if not fragment:
+            return None
+        pieces.append(fragment)
+        return ToolCallDelta(index=index, arguments=fragment)
+
+    def tool_call_items(
+        self, key: object, *, id: str | None, name: str | None, arguments: str | None
+    ) -> list[StreamItem]:
+        """OpenAI-style fragments: the first one of ``key`` starts the call, later ones
+        add arguments (a repeated id or name is ignored)."""
+        if key not in self._calls:
+            return [self.start_tool_call(key, id=id, name=name, arguments=arguments or "")]
+        delta = self.tool_arguments(key, arguments or "")
+        return [delta] if delta is not None else []
+
+    @property
+    def tool_calls(self) -> tuple[ToolCall, ...]:
+        """The calls assembled so far (arguments ``{}`` when none were sent)."""
+        calls = sorted(self._calls.values(), key=lambda c: c[0])
+        return tuple(
+            ToolCall(id=call_id, name=name, arguments="".join(pieces) or "{}")
+            for _, call_id, name, pieces in calls
+        )
 
     # --- helpers ----------------------------------------------------------------------
     @staticmethod
@@ -84,9 +137,9 @@ class StreamDecoder:
         if _count(output_tokens) is not None:
             self.output_tokens = _count(output_tokens)
 
-    def emit(self, texts: list[str]) -> list[str]:
+    def emit(self, texts: list[str]) -> list[StreamItem]:
         """Record and return the non-empty pieces (after the prefill-whitespace fix)."""
-        out: list[str] = []
+        out: list[StreamItem] = []
         for text in texts:
             if self._strip_prefix:
                 if text.startswith(self._strip_prefix):
@@ -104,15 +157,22 @@ class StreamDecoder:
         return "".join(self.parts)
 
     def end(self) -> StreamEnd | None:
-        """The clean end when a finish reason was seen; None means the stream was cut."""
+        """The clean end when a finish reason was seen; None means the stream was cut.
+        It carries the assembled tool calls; a call that never got a name is a
+        malformed answer (ResponseError), never presented."""
         if self.finish_reason is None:
             return None
+        calls = self.tool_calls
+        if any(not call.name for call in calls):
+            raise ResponseError("The provider streamed a tool call without a name.")
         usage = None
         if self.input_tokens is not None or self.output_tokens is not None:
             usage = Usage(
                 input_tokens=self.input_tokens or 0, output_tokens=self.output_tokens or 0
             )
-        return StreamEnd(finish_reason=self.finish_reason, usage=usage, model=self.model)
+        return StreamEnd(
+            finish_reason=self.finish_reason, usage=usage, model=self.model, tool_calls=calls
+        )
 
 
 def _count(value: object) -> int | None:

@@ -14,6 +14,17 @@ Streaming faults (issue 5) are scripted with :meth:`Faults.stream` (a
 :class:`StreamScript`): the answer's text, a delay before the first text chunk, a
 pause between chunks, a cut / stall / in-band error after N text chunks, one malformed
 event, or no end marker (``[DONE]`` / ``message_stop``) after the finish reason.
+
+Tool calls (issue 10), in each vendor's wire format, non-stream and stream: a request
+that offers tools (and does not turn them off with its tool choice) and whose last
+turn is not a tool result is answered with one call of the forced tool, else the first
+one, its arguments made from the tool's parameter schema; any other request gets a
+text answer — so a tool round trip (call → result → final answer) works unscripted.
+``Fault(tool_calls=[{"name", "arguments", "id"?}, …])`` scripts the calls instead
+(``[]``: answer text). Streamed, each call is its start frame followed by its
+arguments in 8-character fragments (Gemini: one whole ``functionCall`` part per
+event); each of those frames counts as a chunk for ``cut_after`` & co., so
+``cut_after=2`` cuts a call in the middle of its arguments.
 """
 
 from __future__ import annotations
@@ -97,6 +108,8 @@ class Fault:
     delay: float = 0.0
     echo_key: bool = False
     stream: StreamScript | None = None  # how a streamed answer goes (body must be None)
+    # The tool calls to answer (None: decided from the request; see the module doc).
+    tool_calls: tuple[dict[str, Any], ...] | list[dict[str, Any]] | None = None
 
 
 def _openai_error(status: int, message: str, type_: str, code: str | None) -> Fault:
@@ -311,9 +324,129 @@ def _answer_text(body: Any) -> str:
     return f"fake answer ({len(json.dumps(body))} bytes of request)"
 
 
-def _openai_ok(body: dict[str, Any]) -> dict[str, Any]:
+ToolCalls = list[dict[str, Any]]
+ARGUMENT_FRAGMENT = 8  # characters of arguments per streamed tool-call fragment
+
+
+def _tool_calls(vendor: str, body: Any, scripted: Any) -> ToolCalls:
+    """The calls to answer: the scripted ones, else one of the offered tools unless the
+    tool choice says none or the last turn is a tool result (see the module doc)."""
+    if scripted is not None:
+        return [
+            {
+                "id": c.get("id", f"{_ID_PREFIX[vendor]}_{i}"),
+                "name": c["name"],
+                "arguments": c.get("arguments", {}),
+                "explicit_id": "id" in c,
+            }
+            for i, c in enumerate(scripted)
+        ]
+    if not isinstance(body, dict):
+        return []
+    offered: list[tuple[str, Any]] = []
+    forced: str | None = None
+    last: Any = None
+    if vendor == "openai":
+        offered = [
+            (t["function"]["name"], t["function"].get("parameters"))
+            for t in body.get("tools") or []
+        ]
+        choice = body.get("tool_choice")
+        if choice == "none":
+            return []
+        if isinstance(choice, dict):
+            forced = choice["function"]["name"]
+        last = (body.get("messages") or [{}])[-1]
+        if last.get("role") == "tool":
+            return []
+    elif vendor == "anthropic":
+        offered = [
+            (t["name"], t.get("input_schema"))
+            for t in body.get("tools") or []
+            if t["name"] != "structured_output"
+        ]
+        choice = body.get("tool_choice") or {}
+        if choice.get("type") == "none" or choice.get("name") == "structured_output":
+            return []
+        forced = choice.get("name")
+        last = (body.get("messages") or [{}])[-1]
+        content = last.get("content")
+        if isinstance(content, list) and any(b.get("type") == "tool_result" for b in content):
+            return []
+    else:
+        offered = [
+            (d["name"], d.get("parameters"))
+            for t in body.get("tools") or []
+            for d in t.get("functionDeclarations") or []
+        ]
+        config = (body.get("toolConfig") or {}).get("functionCallingConfig") or {}
+        if config.get("mode") == "NONE":
+            return []
+        forced = (config.get("allowedFunctionNames") or [None])[0]
+        last = (body.get("contents") or [{}])[-1]
+        if any("functionResponse" in part for part in last.get("parts") or []):
+            return []
+    if not offered:
+        return []
+    schemas = dict(offered)
+    name = forced if forced in schemas else offered[0][0]
+    arguments = instance_from_schema(schemas[name] or {})
+    return [
+        {
+            "id": f"{_ID_PREFIX[vendor]}_0",
+            "name": name,
+            "arguments": arguments if isinstance(arguments, dict) else {},
+            "explicit_id": False,
+        }
+    ]
+
+
+_ID_PREFIX = {"openai": "call_fake", "anthropic": "toolu_fake", "gemini": "fc_fake"}
+
+
+def _gemini_call(call: dict[str, Any]) -> dict[str, Any]:
+    """Gemini's functionCall part (the id only when scripted: Gemini often omits it)."""
+    function: dict[str, Any] = {"name": call["name"], "args": call["arguments"]}
+    if call["explicit_id"]:
+        function["id"] = call["id"]
+    return {"functionCall": function}
+
+
+def _fragments(arguments: Any) -> list[str]:
+    text = json.dumps(arguments)
+    return [text[i : i + ARGUMENT_FRAGMENT] for i in range(0, len(text), ARGUMENT_FRAGMENT)]
+
+
+def _openai_ok(body: dict[str, Any], calls: ToolCalls | None = None) -> dict[str, Any]:
     schema = ((body.get("response_format") or {}).get("json_schema") or {}).get("schema")
     content = json.dumps(instance_from_schema(schema)) if schema else _answer_text(body)
+    if calls:
+        return {
+            **_openai_ok(body),
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {
+                        "role": "assistant",
+                        "content": None,
+                        "refusal": None,
+                        "tool_calls": [
+                            {
+                                "id": c["id"],
+                                "type": "function",
+                                "function": {
+                                    "name": c["name"],
+                                    "arguments": json.dumps(c["arguments"]),
+                                },
+                            }
+                            for c in calls
+                        ],
+                    },
+                    "logprobs": None,
+                    "finish_reason": "tool_calls",
+                }
+            ],
+        }
     return {
         "id": "chatcmpl-fake",
         "object": "chat.completion",
@@ -331,10 +464,16 @@ def _openai_ok(body: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _anthropic_ok(body: dict[str, Any]) -> dict[str, Any]:
-    tools = body.get("tools") or []
-    if tools:
+def _anthropic_ok(body: dict[str, Any], calls: ToolCalls | None = None) -> dict[str, Any]:
+    tools = [t for t in body.get("tools") or [] if t["name"] == "structured_output"]
+    if calls:
         content: list[dict[str, Any]] = [
+            {"type": "tool_use", "id": c["id"], "name": c["name"], "input": c["arguments"]}
+            for c in calls
+        ]
+        stop = "tool_use"
+    elif tools:
+        content = [
             {
                 "type": "tool_use",
                 "id": "toolu_fake",
@@ -358,14 +497,15 @@ def _anthropic_ok(body: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _gemini_ok(body: dict[str, Any], model: str) -> dict[str, Any]:
+def _gemini_ok(body: dict[str, Any], model: str, calls: ToolCalls | None = None) -> dict[str, Any]:
     config = body.get("generationConfig") or {}
     schema = config.get("responseSchema")
     text = json.dumps(instance_from_schema(schema)) if schema else _answer_text(body)
+    parts = [_gemini_call(c) for c in calls] if calls else [{"text": text}]
     return {
         "candidates": [
             {
-                "content": {"parts": [{"text": text}], "role": "model"},
+                "content": {"parts": parts, "role": "model"},
                 "finishReason": "STOP",
                 "index": 0,
             }
@@ -417,12 +557,18 @@ class _Frames:
 
 
 def _sse_frames(
-    vendor: str, body: dict[str, Any], model: str, script: StreamScript, echo_key: str = ""
+    vendor: str,
+    body: dict[str, Any],
+    model: str,
+    script: StreamScript,
+    echo_key: str = "",
+    calls: ToolCalls | None = None,
 ) -> _Frames:
     text = script.text if script.text is not None else _answer_text(body)
+    structured_tool = [t for t in body.get("tools") or [] if t.get("name") == "structured_output"]
     schema = (
         ((body.get("response_format") or {}).get("json_schema") or {}).get("schema")
-        or ((body.get("tools") or [{}])[0].get("input_schema"))
+        or (structured_tool[0].get("input_schema") if structured_tool else None)
         or (body.get("generationConfig") or {}).get("responseSchema")
     )
     if schema and script.text is None:  # structured output, streamed in pieces
@@ -453,7 +599,31 @@ def _sse_frames(
                 }
             )
 
-        tail = [chunk({}, "stop")]
+        call_frames = [
+            frame
+            for i, c in enumerate(calls or [])
+            for frame in [
+                chunk(
+                    {
+                        "tool_calls": [
+                            {
+                                "index": i,
+                                "id": c["id"],
+                                "type": "function",
+                                "function": {"name": c["name"], "arguments": ""},
+                            }
+                        ]
+                    },
+                    None,
+                ),
+                *(
+                    chunk({"tool_calls": [{"index": i, "function": {"arguments": f}}]}, None)
+                    for f in _fragments(c["arguments"])
+                ),
+            ]
+        ]
+        count = len(call_frames) if calls else len(pieces)
+        tail = [chunk({}, "tool_calls" if calls else "stop")]
         if (body.get("stream_options") or {}).get("include_usage"):
             tail.append(
                 data(
@@ -464,26 +634,82 @@ def _sse_frames(
                         "choices": [],
                         "usage": {
                             "prompt_tokens": 11,
-                            "completion_tokens": len(pieces),
-                            "total_tokens": 11 + len(pieces),
+                            "completion_tokens": count,
+                            "total_tokens": 11 + count,
                         },
                     }
                 )
             )
         return _Frames(
-            head=[chunk({"role": "assistant", "content": ""}, None)],
-            texts=[chunk({"content": p}, None) for p in pieces],
+            head=[chunk({"role": "assistant", "content": None if calls else ""}, None)],
+            texts=call_frames if calls else [chunk({"content": p}, None) for p in pieces],
             tail=tail,
             end=[b"data: [DONE]\n\n"],
             error=data(error),
             malformed=b'data: {"choices": [{"index": 0, "delta": {"content": \n\n',
         )
     if vendor == "anthropic":
-        tools = body.get("tools") or []
         start = {**_anthropic_ok(body), "content": [], "stop_reason": None}
         start["usage"] = {"input_tokens": 12, "output_tokens": 1}
-        if tools:
-            block = {"type": "tool_use", "id": "toolu_fake", "name": tools[0]["name"], "input": {}}
+        if calls:
+            call_frames = [
+                frame
+                for i, c in enumerate(calls)
+                for frame in [
+                    event(
+                        "content_block_start",
+                        {
+                            "type": "content_block_start",
+                            "index": i,
+                            "content_block": {
+                                "type": "tool_use",
+                                "id": c["id"],
+                                "name": c["name"],
+                                "input": {},
+                            },
+                        },
+                    ),
+                    *(
+                        event(
+                            "content_block_delta",
+                            {
+                                "type": "content_block_delta",
+                                "index": i,
+                                "delta": {"type": "input_json_delta", "partial_json": f},
+                            },
+                        )
+                        for f in _fragments(c["arguments"])
+                    ),
+                    event("content_block_stop", {"type": "content_block_stop", "index": i}),
+                ]
+            ]
+            return _Frames(
+                head=[
+                    event("message_start", {"type": "message_start", "message": start}),
+                    event("ping", {"type": "ping"}),
+                ],
+                texts=call_frames,
+                tail=[
+                    event(
+                        "message_delta",
+                        {
+                            "type": "message_delta",
+                            "delta": {"stop_reason": "tool_use", "stop_sequence": None},
+                            "usage": {"output_tokens": len(call_frames)},
+                        },
+                    )
+                ],
+                end=[event("message_stop", {"type": "message_stop"})],
+                error=event("error", error),
+                malformed=b"event: content_block_delta\ndata: {not json\n\n",
+            )
+        if structured_tool:
+            block = {
+                "type": "tool_use",
+                "id": "toolu_fake",
+                "name": "structured_output",
+                "input": {},
+            }
             delta_type, key, stop = "input_json_delta", "partial_json", "tool_use"
         else:
             block = {"type": "text", "text": ""}
@@ -525,9 +751,12 @@ def _sse_frames(
         )
 
     # Gemini: every event a whole GenerateContentResponse; no end marker.
-    def response(part: str, finish: str | None, usage: bool) -> bytes:
+    def response(part: str | dict[str, Any], finish: str | None, usage: bool) -> bytes:
         candidate: dict[str, Any] = {
-            "content": {"parts": [{"text": part}], "role": "model"},
+            "content": {
+                "parts": [part if isinstance(part, dict) else {"text": part}],
+                "role": "model",
+            },
             "index": 0,
         }
         if finish:
@@ -545,6 +774,15 @@ def _sse_frames(
             }
         return data(obj, b"\r\n\r\n")
 
+    if calls:
+        return _Frames(
+            head=[],
+            texts=[response(_gemini_call(c), None, False) for c in calls],
+            tail=[response("", "STOP", True)],
+            end=[],
+            error=data(error, b"\r\n\r\n"),
+            malformed=b'data: {"candidates": [{"content": \r\n\r\n',
+        )
     return _Frames(
         head=[],
         texts=[response(p, None, False) for p in pieces],
@@ -604,14 +842,15 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(400, {"error": {"message": "Invalid JSON payload"}})
             return
         if fault.body is None:
+            calls = _tool_calls(vendor, request_json, fault.tool_calls)
             if streaming or (isinstance(request_json, dict) and request_json.get("stream")):
                 echo = self._echo_key({}, headers)["error"]["message"] if fault.echo_key else ""
-                self._stream(vendor, request_json, model, fault.stream, echo)
+                self._stream(vendor, request_json, model, fault.stream, echo, calls)
                 return
             answer = {
-                "openai": lambda: _openai_ok(request_json),
-                "anthropic": lambda: _anthropic_ok(request_json),
-                "gemini": lambda: _gemini_ok(request_json, model),
+                "openai": lambda: _openai_ok(request_json, calls),
+                "anthropic": lambda: _anthropic_ok(request_json, calls),
+                "gemini": lambda: _gemini_ok(request_json, model, calls),
             }[vendor]()
             self._send(fault.status, answer, fault.headers)
             return
@@ -664,9 +903,10 @@ class _Handler(BaseHTTPRequestHandler):
         model: str,
         script: StreamScript | None,
         echo_key: str = "",
+        calls: ToolCalls | None = None,
     ) -> None:
         script = script or StreamScript()
-        frames = _sse_frames(vendor, body, model, script, echo_key)
+        frames = _sse_frames(vendor, body, model, script, echo_key, calls)
         self.send_response(200)
         self.send_header("content-type", "text/event-stream")
         self.send_header("cache-control", "no-cache")

@@ -17,10 +17,33 @@ from django.db import DatabaseError, router
 
 from llm_routing.checks import check_configuration_rows, check_settings, requires_key
 from llm_routing.models import Chain, Provider
-from llm_routing.providers.registry import is_known_kind
+from llm_routing.providers.registry import get_adapter_class, is_known_kind
 from llm_routing.resilience import breaker
+from llm_routing.types import CAPABILITIES
 
-__all__ = ["Command", "circuit_states"]
+__all__ = ["Command", "circuit_states", "effective_capabilities"]
+
+
+def effective_capabilities(provider: Provider) -> dict[str, bool] | None:
+    """Capability -> what the router uses for this row (the row's override, else the
+    kind's declaration); None when the kind cannot be loaded."""
+    kind = "mock" if provider.mode == "mock" else provider.kind
+    try:
+        adapter = get_adapter_class(kind)(provider.to_config())
+    except Exception:  # an unknown or broken kind is reported by the checks below
+        return None
+    return {cap: adapter.supports(cap) for cap in CAPABILITIES}
+
+
+def _capability_text(provider: Provider, effective: dict[str, bool] | None) -> str:
+    if effective is None:
+        return "?"
+    shown = []
+    for cap, on in effective.items():
+        override = getattr(provider, f"supports_{cap}", None)
+        if on or override is not None:
+            shown.append(("" if on else "no ") + cap + ("*" if override is not None else ""))
+    return ",".join(shown) or "-"
 
 
 def circuit_states(providers: list[Provider]) -> dict[str, str]:
@@ -65,6 +88,7 @@ class Command(BaseCommand):
         states = circuit_states(providers)
         rows = []
         for p in providers:
+            effective = effective_capabilities(p)
             rows.append(
                 {
                     "name": p.name,
@@ -77,6 +101,13 @@ class Command(BaseCommand):
                     and p.effective_mode != "mock",
                     "key_present": p.key_present,
                     "circuit": states[p.name],
+                    "capabilities": effective,
+                    "capability_overrides": {
+                        cap: getattr(p, f"supports_{cap}")
+                        for cap in CAPABILITIES
+                        if getattr(p, f"supports_{cap}", None) is not None
+                    },
+                    "capabilities_text": _capability_text(p, effective),
                 }
             )
         default = Chain.objects.filter(is_default=True).values_list("name", flat=True).first()
@@ -87,7 +118,9 @@ class Command(BaseCommand):
             self.stdout.write(
                 json.dumps(
                     {
-                        "providers": rows,
+                        "providers": [
+                            {k: v for k, v in r.items() if k != "capabilities_text"} for r in rows
+                        ],
                         "default_chain": default,
                         "checks": [
                             {"id": m.id, "level": m.level, "msg": m.msg, "hint": m.hint}
@@ -111,7 +144,17 @@ class Command(BaseCommand):
             raise CommandError(f"{len(errors)} error(s) in the LLM routing configuration.")
 
     def _table(self, rows: list[dict[str, Any]]) -> None:
-        headers = ["name", "kind", "model", "enabled", "mode", "key variable", "key", "circuit"]
+        headers = [
+            "name",
+            "kind",
+            "model",
+            "enabled",
+            "mode",
+            "key variable",
+            "key",
+            "circuit",
+            "capabilities",
+        ]
         table = [
             [
                 r["name"],
@@ -124,6 +167,7 @@ class Command(BaseCommand):
                 if r["key_present"]
                 else ("missing" if r["key_required"] else "not needed"),
                 r["circuit"],
+                r["capabilities_text"],
             ]
             for r in rows
         ]
@@ -134,3 +178,5 @@ class Command(BaseCommand):
             )
         if not rows:
             self.stdout.write("(no providers; the built-in mock answers every request)")
+        elif any("*" in r["capabilities_text"] for r in rows):
+            self.stdout.write("* set on the row; other capabilities come from the kind")
