@@ -149,7 +149,8 @@ def test_api_explain(api, setup, scripted):
     assert body["chain_name"] == "main" and body["router_mode"] == "default"
     first, second = body["candidates"][:2]
     assert (first["provider"], first["verdict"], first["reason"]) == ("a", "skip", "disabled")
-    assert (second["reason"], second["missing_capability"]) == ("unsupported", "structured_output")
+    # b lacks streaming (the first missing capability, in CAPABILITIES order)
+    assert (second["reason"], second["missing_capability"]) == ("unsupported", "streaming")
     assert body["budget"]["max_attempts"] >= 1
     assert scripted.calls == []
     assert RoutingDecision.objects.count() == 0

@@ -109,7 +109,7 @@ def test_remote_ref_in_v1_json_schema_is_a_400_naming_the_field(api, counting):
     response = chat(api, {"$ref": counting.url})
     assert response.status_code == 400
     error = response.json()["error"]
-    assert error["param"] == "response_format"
+    assert error["param"] == "response_format.json_schema.schema"  # the exact place
     assert error["message"].startswith("response_format.json_schema.schema: ")
     assert "only local references" in error["message"]
     assert counting.hits == 0

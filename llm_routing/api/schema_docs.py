@@ -74,6 +74,8 @@ def _envelope(result: dict[str, Any], **meta: Any) -> dict[str, Any]:
         "usage": {"input_tokens": 412, "output_tokens": 58},
         "latency_ms": 843.5,
         "error": None,
+        "tool_calls": [],
+        "finish_reason": "stop" if result.get("status", "ok") == "ok" else None,
         **result,
     }
     return {
@@ -583,7 +585,13 @@ Unlike `POST /audit/`, failures are HTTP errors in OpenAI's envelope, so SDKs ra
 them: 400 for an invalid request (also a context-length or content-policy refusal
 upstream), 401 without valid credentials, 404 for an unknown `model`, 429 when
 throttled, 502 when the upstream rejected the key or answered garbage, 503 when every
-candidate failed. Transient upstream failures fail over first and never reach you.
+real candidate was skipped or failed — with the request id and each candidate's reason,
+never a mock answer presented as a real one (unless the chain opts in with
+`mock_backstop`). Transient upstream failures fail over first and never reach you.
+Conversations pass through with roles and order intact; `tools` / `tool_choice` work
+with every vendor kind, and tool calls come back as `message.tool_calls` (streamed as
+`delta.tool_calls`) with `finish_reason` `tool_calls`. Types are strict and an unknown
+parameter is a 400 naming it.
 """,
     "responses": {
         200: OpenApiResponse(
@@ -592,6 +600,11 @@ candidate failed. Transient upstream failures fail over first and never reach yo
         ),
         400: OpenApiResponse(response=OpenApiTypes.OBJECT, description="Invalid request."),
         401: OpenApiResponse(response=OpenApiTypes.OBJECT, description="Not authenticated."),
+        403: OpenApiResponse(
+            response=OpenApiTypes.OBJECT,
+            description="Not allowed to route there (a chain or provider the caller may "
+            "not use).",
+        ),
         404: OpenApiResponse(response=OpenApiTypes.OBJECT, description="Unknown `model`."),
         429: OpenApiResponse(response=OpenApiTypes.OBJECT, description="Throttled."),
         502: OpenApiResponse(
@@ -664,6 +677,14 @@ candidate failed. Transient upstream failures fail over first and never reach yo
             "No or an invalid token",
         ),
         _response(
+            "Not allowed",
+            "403",
+            _openai_error(
+                "You may not use the chain 'premium'.", "permission_error", "permission_denied"
+            ),
+            "A chain limited to other users or groups",
+        ),
+        _response(
             "Unknown model",
             "404",
             _openai_error(
@@ -688,10 +709,24 @@ candidate failed. Transient upstream failures fail over first and never reach yo
             "Never failed over: fix the key",
         ),
         _response(
-            "Every candidate failed",
+            "No provider available",
             "503",
-            _openai_error("The provider answered HTTP 503.", "service_unavailable", "unavailable"),
-            "The walk found no provider to serve",
+            {
+                "error": {
+                    "message": "No provider could serve the request: every candidate was "
+                    "skipped or failed.",
+                    "type": "service_unavailable",
+                    "param": None,
+                    "code": "no_provider_available",
+                    "request_id": REQUEST_ID,
+                    "candidates": [
+                        {"provider": "openai-main", "outcome": "skipped", "reason": "missing_key"},
+                        {"provider": "anthropic", "outcome": "error", "reason": "unavailable"},
+                    ],
+                }
+            },
+            "Every real candidate was skipped or failed: no mock answer unless the chain "
+            "opts in (`mock_backstop`)",
         ),
     ],
 }
