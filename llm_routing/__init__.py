@@ -9,11 +9,12 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, overload
 
+from .version import __version__
+
 if TYPE_CHECKING:
     from .types import Message, RouterStreamEvent, RoutingResult, Tool
 
-__all__ = ["audit", "chat"]
-__version__ = "0.1.0"
+__all__ = ["__version__", "audit", "chat"]
 
 
 def audit(**kwargs: Any) -> RoutingResult:

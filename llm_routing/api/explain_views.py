@@ -16,9 +16,9 @@ from rest_framework.response import Response
 from ..access import principal_for
 from ..router import explain
 from ..types import AuditRequest
+from .base import RoutingAPIView
 from .schema_docs import EXPLAIN, documented
 from .serializers import SLUG_RE, AuditRequestSerializer, StrictRegexField
-from .views import RoutingAPIView
 
 __all__ = ["ExplainQuerySerializer", "ExplainView"]
 

@@ -19,8 +19,8 @@ from rest_framework.response import Response
 
 from .. import jobs
 from ..models import AuditJob
+from .base import RoutingAPIView
 from .schema_docs import AUDIT_JOB, documented
-from .views import RoutingAPIView
 
 __all__ = ["AuditJobView", "job_representation", "submit_job"]
 

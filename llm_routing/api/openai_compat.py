@@ -42,6 +42,7 @@ from ..types import (
     StreamFailure,
     StreamResult,
 )
+from .base import RoutingAPIView
 from .chat_serializers import (
     MessagesField,
     SamplingSerializer,
@@ -56,7 +57,6 @@ from .chat_serializers import (
 from .schema_docs import CHAT_COMPLETIONS, MODELS
 from .serializers import ToolCallSerializer, output_tokens_within_limit
 from .sse import SSE_HEADERS, sse
-from .views import RoutingAPIView
 
 __all__ = [
     "ChatCompletionRequestSerializer",

@@ -602,8 +602,7 @@ parameter is a 400 naming it.
         401: OpenApiResponse(response=OpenApiTypes.OBJECT, description="Not authenticated."),
         403: OpenApiResponse(
             response=OpenApiTypes.OBJECT,
-            description="Not allowed to route there (a chain or provider the caller may "
-            "not use).",
+            description="Not allowed to route there (a chain or provider the caller may not use).",
         ),
         404: OpenApiResponse(response=OpenApiTypes.OBJECT, description="Unknown `model`."),
         429: OpenApiResponse(response=OpenApiTypes.OBJECT, description="Throttled."),

@@ -4,60 +4,26 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import replace
 from typing import Any
 
 from django.http import StreamingHttpResponse
-from django.utils.module_loading import import_string
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
-from rest_framework.authentication import BaseAuthentication
-from rest_framework.exceptions import PermissionDenied
-from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.throttling import BaseThrottle
-from rest_framework.views import APIView
 
-from ..access import principal_for, refusal
-from ..conf import routing_settings
 from ..models import Provider
 from ..resilience import breaker
 from ..router import route_stream
 from ..service import execute
 from ..types import AuditRequest, StreamChunk, StreamFailure, StreamResult
-from .parsers import LimitedJSONParser
+from .base import RoutingAPIView
+from .job_views import submit_job
 from .schema_docs import AUDIT, HEALTH, documented
 from .serializers import AuditRequestSerializer, AuditResponseSerializer
 from .sse import SSE_HEADERS, sse
 
 __all__ = ["AuditView", "HealthView"]
-
-
-class RoutingAPIView(APIView):
-    # Authentication, permissions and throttles come from ``LLM_ROUTING`` (read per
-    # request, so ``override_settings`` applies). A comment, not a docstring: the
-    # OpenAPI page would show a docstring as every endpoint's description.
-
-    parser_classes = [LimitedJSONParser]
-
-    def get_authenticators(self) -> list[BaseAuthentication]:
-        return [import_string(p)() for p in routing_settings.API_AUTHENTICATION_CLASSES]
-
-    def get_permissions(self) -> list[BasePermission]:
-        return [import_string(p)() for p in routing_settings.API_PERMISSION_CLASSES]
-
-    def get_throttles(self) -> list[BaseThrottle]:
-        return [import_string(p)() for p in routing_settings.API_THROTTLE_CLASSES]
-
-    def authorize(self, request: Request, audit_request: AuditRequest) -> AuditRequest:
-        """The request carrying its caller's identity; 403 with the reason when the
-        caller may not route where it asks (docs/operations.md)."""
-        audit_request = replace(audit_request, principal=principal_for(request.user))
-        reason = refusal(audit_request)
-        if reason is not None:
-            raise PermissionDenied(reason)
-        return audit_request
 
 
 class AuditView(RoutingAPIView):
@@ -74,8 +40,6 @@ class AuditView(RoutingAPIView):
         serializer.is_valid(raise_exception=True)
         audit_request = self.authorize(request, serializer.to_request())
         if serializer.validated_data.get("async"):
-            from .job_views import submit_job
-
             return submit_job(request, serializer.validated_data)
         if audit_request.stream:
             response = StreamingHttpResponse(

@@ -551,6 +551,6 @@ def _int(value: object) -> int:
 
 
 def _version() -> str:
-    from .. import __version__
+    from ..version import __version__
 
     return __version__
