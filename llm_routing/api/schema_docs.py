@@ -256,7 +256,15 @@ AUDIT: dict[str, Any] = {
             description="The answer and how it was routed — for every well-formed request.",
         ),
         (200, "text/event-stream"): OpenApiResponse(
-            response=OpenApiTypes.STR,
+            # One server-sent event (what SSE-aware tools check each event against).
+            response={
+                "type": "object",
+                "properties": {
+                    "event": {"type": "string", "enum": ["chunk", "result", "error"]},
+                    "data": {"type": "string", "description": "The event's JSON object."},
+                },
+                "required": ["event", "data"],
+            },
             description='`"stream": true`: `chunk` events, then one `result` or `error` event.',
         ),
         (202, "application/json"): OpenApiResponse(
