@@ -103,7 +103,12 @@ def test_retry_after_is_honoured_up_to_the_cap(
     result, sleeps = run(make_adapter("gemini"))
     assert result.ok and result.retries == 1
     assert len(sleeps) == 1
-    assert sleeps[0] == pytest.approx(expected_sleep, abs=1.01)  # HTTP-date: 1 s resolution
+    if "retry_after_date_in" in fault_kwargs:
+        # An HTTP-date has 1 s resolution and is read a moment after it was written (more
+        # under load): up to 1 s + latency less than asked, never more.
+        assert expected_sleep - 1.5 <= sleeps[0] <= expected_sleep + 0.01
+    else:
+        assert sleeps[0] == pytest.approx(expected_sleep, abs=0.01)
     assert len(fake_upstream.requests) == 2
 
 
