@@ -206,6 +206,17 @@ def missing_capability(adapter: BaseProvider, request: AuditRequest) -> str | No
     return None
 
 
+def _denied(plan: Plan, request: AuditRequest) -> frozenset[str]:
+    """The plan's candidates this request's caller may not use (``not_allowed``)."""
+    return denied_candidates(
+        principal=request.principal,
+        names=plan.names,
+        chain_name=plan.chain_name,
+        requested_provider=plan.requested_provider,
+        forced=plan.router_mode == "forced",
+    )
+
+
 def _skip_reason(
     name: str,
     row: Provider | None,
@@ -214,9 +225,12 @@ def _skip_reason(
     budget: Budget | None = None,
     *,
     check_circuit: bool = True,
+    denied: frozenset[str] = frozenset(),
 ) -> str | None:
     if name == MOCK_PROVIDER_NAME:
         return None
+    if name in denied:  # the caller may not use it (access rules; never the mock)
+        return "not_allowed"
     if row is None:
         return "unknown_provider"
     if not row.enabled:
@@ -366,13 +380,7 @@ class _Session:
             max_attempts=int(routing_settings.MAX_ATTEMPTS),
         )
         # Candidates the caller may not use: skipped as not_allowed (docs/operations.md).
-        self.denied = denied_candidates(
-            principal=request.principal,
-            names=self.plan.names,
-            chain_name=self.plan.chain_name,
-            requested_provider=self.plan.requested_provider,
-            forced=self.plan.router_mode == "forced",
-        )
+        self.denied = _denied(self.plan, request)
 
     @property
     def request_id(self) -> str:
@@ -425,13 +433,9 @@ class _Session:
         # Forced mode never substitutes the mock, but it respects the access rules, the
         # attempt budget and the circuit: an open circuit answers circuit_open without
         # a call; a half-open one lets the forced call be its single probe.
-        reason = (
-            "not_allowed"
-            if name in self.denied
-            else "unknown_provider"
-            if adapter is None
-            else _skip_reason(name, row, adapter, request, self.budget)
-        )
+        reason = _skip_reason(name, row, adapter, request, self.budget, denied=self.denied)
+        if adapter is None and reason != "not_allowed":
+            reason = "unknown_provider"
         if reason is not None or adapter is None:
             reason = reason or "unknown_provider"
             model = row.model if row else ""
@@ -449,11 +453,7 @@ class _Session:
         for position, (name, model) in enumerate(plan.candidates):
             row = self.rows.get(name)
             adapter = _adapter_for(name, model, row)
-            reason = (
-                "not_allowed"
-                if name in self.denied
-                else _skip_reason(name, row, adapter, self.request, self.budget)
-            )
+            reason = _skip_reason(name, row, adapter, self.request, self.budget, denied=self.denied)
             if reason is not None or adapter is None:
                 reason = reason or "unknown_provider"
                 shown_model = model or (row.model if row else "")
@@ -566,23 +566,14 @@ def explain(request: AuditRequest) -> Explanation:
     plan = resolve(request)
     rows = {p.name: p for p in Provider.objects.filter(name__in=plan.names)}
     forced = plan.router_mode == "forced"
-    denied = denied_candidates(
-        principal=request.principal,
-        names=plan.names,
-        chain_name=plan.chain_name,
-        requested_provider=plan.requested_provider,
-        forced=forced,
-    )
+    denied = _denied(plan, request)
     out: list[CandidateExplanation] = []
     for position, (name, model) in enumerate(plan.candidates):
         row = rows.get(name)
         adapter = _adapter_for(name, model, row)
-        if name in denied:
-            reason: str | None = "not_allowed"
-        elif forced and adapter is None:
+        reason = _skip_reason(name, row, adapter, request, check_circuit=False, denied=denied)
+        if forced and adapter is None and reason != "not_allowed":
             reason = "unknown_provider"
-        else:
-            reason = _skip_reason(name, row, adapter, request, check_circuit=False)
         shown_model = model or (adapter.config.model if adapter else (row.model if row else ""))
         if adapter is None:
             out.append(
@@ -838,14 +829,9 @@ def _continue(
     for name in after:
         row = session.rows.get(name)
         adapter = _adapter_for(name, "", row)
-        if (
-            row is None
-            or adapter is None
-            or not adapter.supports("prefill")
-            or name in session.denied
-        ):
+        if row is None or adapter is None or not adapter.supports("prefill"):
             continue
-        if _skip_reason(name, row, adapter, session.request) is not None:
+        if _skip_reason(name, row, adapter, session.request, denied=session.denied) is not None:
             continue
         result = opener(request, False)(adapter)
         session.walk.add(**_attempt_record(result, served=result.ok))
