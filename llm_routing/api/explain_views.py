@@ -18,7 +18,12 @@ from ..router import explain
 from ..types import AuditRequest
 from .base import RoutingAPIView
 from .schema_docs import EXPLAIN, documented
-from .serializers import SLUG_RE, AuditRequestSerializer, StrictRegexField
+from .serializers import (
+    SLUG_RE,
+    AuditRequestSerializer,
+    StrictRegexField,
+    check_one_provider_choice,
+)
 
 __all__ = ["ExplainQuerySerializer", "ExplainView"]
 
@@ -51,10 +56,7 @@ class ExplainQuerySerializer(serializers.Serializer):
         return checked
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
-        if attrs.get("force_provider") and attrs.get("provider"):
-            raise serializers.ValidationError(
-                {"force_provider": ["Use either provider or force_provider, not both."]}
-            )
+        check_one_provider_choice(attrs)
         return attrs
 
     def to_request(self) -> AuditRequest:

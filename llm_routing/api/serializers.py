@@ -27,6 +27,7 @@ __all__ = [
     "AuditResponseSerializer",
     "ChatCallSerializer",
     "StrictCharField",
+    "check_one_provider_choice",
     "output_tokens_within_limit",
 ]
 
@@ -51,6 +52,14 @@ def output_tokens_within_limit(value: int | None) -> int | None:
     if value is not None and value > limit:
         raise serializers.ValidationError(f"Ensure this value is less than or equal to {limit}.")
     return value
+
+
+def check_one_provider_choice(attrs: Mapping[str, Any]) -> None:
+    """``provider`` (tried first) and ``force_provider`` (only that one) exclude each other."""
+    if attrs.get("force_provider") and attrs.get("provider"):
+        raise serializers.ValidationError(
+            {"force_provider": ["Use either provider or force_provider, not both."]}
+        )
 
 
 class StrictRegexField(serializers.RegexField):
@@ -181,10 +190,7 @@ class AuditRequestSerializer(serializers.Serializer):
             raise serializers.ValidationError(problems)
         if attrs.get("async") and attrs.get("stream"):
             raise serializers.ValidationError({"async": ["Use either stream or async, not both."]})
-        if attrs.get("force_provider") and attrs.get("provider"):
-            raise serializers.ValidationError(
-                {"force_provider": ["Use either provider or force_provider, not both."]}
-            )
+        check_one_provider_choice(attrs)
         return attrs
 
     def to_request(self) -> AuditRequest:
