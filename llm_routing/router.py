@@ -65,6 +65,7 @@ from .types import (
     StreamToolCallDelta,
     ToolCall,
     ToolCallDelta,
+    assemble_tool_calls,
 )
 
 __all__ = [
@@ -727,16 +728,7 @@ class _StreamOutcome:
         else assembled here from the fragments that were delivered."""
         if self.end is not None and self.end.tool_calls:
             return self.end.tool_calls
-        calls: dict[int, dict[str, str]] = {}
-        for delta in self.tool_deltas:
-            call = calls.setdefault(delta.index, {"id": "", "name": "", "arguments": ""})
-            call["id"] = delta.id or call["id"]
-            call["name"] = delta.name or call["name"]
-            call["arguments"] += delta.arguments
-        return tuple(
-            ToolCall(id=c["id"], name=c["name"], arguments=c["arguments"] or "{}")
-            for _, c in sorted(calls.items())
-        )
+        return assemble_tool_calls(self.tool_deltas)
 
 
 def _pump(

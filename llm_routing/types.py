@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -39,6 +39,7 @@ __all__ = [
     "ToolCallDelta",
     "ToolChoice",
     "Usage",
+    "assemble_tool_calls",
 ]
 
 MOCK_PROVIDER_NAME = "mock"
@@ -332,6 +333,22 @@ class ToolCallDelta:
             function = {"name": self.name, **function}
         out["function"] = function
         return out
+
+
+def assemble_tool_calls(deltas: Iterable[ToolCallDelta]) -> tuple[ToolCall, ...]:
+    """Whole tool calls from streamed fragments, in ``index`` order: a fragment's id or
+    name (when it carries one) sets the call's, its arguments are appended; a call sent
+    without arguments gets ``{}``."""
+    calls: dict[int, list[str]] = {}
+    for delta in deltas:
+        call = calls.setdefault(delta.index, ["", "", ""])
+        call[0] = delta.id or call[0]
+        call[1] = delta.name or call[1]
+        call[2] += delta.arguments
+    return tuple(
+        ToolCall(id=call_id, name=name, arguments=arguments or "{}")
+        for _, (call_id, name, arguments) in sorted(calls.items())
+    )
 
 
 @dataclass(frozen=True, slots=True)

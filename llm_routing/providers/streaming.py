@@ -37,7 +37,7 @@ import httpx
 from httpx_sse import ServerSentEvent
 
 from ..errors import ProviderTimeoutError, ResponseError
-from ..types import StreamEnd, ToolCall, ToolCallDelta, Usage
+from ..types import StreamEnd, ToolCall, ToolCallDelta, Usage, assemble_tool_calls
 
 __all__ = ["MalformedEvent", "StreamClock", "StreamDecoder", "StreamItem"]
 
@@ -73,8 +73,9 @@ class StreamDecoder:
         # removed again from the start of the continuation (never duplicated).
         self._strip_prefix = strip_prefix
         # Tool calls by the vendor's key (OpenAI's ``index``, Anthropic's content block
-        # index, a running count for Gemini): [ordinal, id, name, argument pieces].
-        self._calls: dict[object, tuple[int, str, str, list[str]]] = {}
+        # index, a running count for Gemini) → their ordinal; and every fragment emitted.
+        self._calls: dict[object, int] = {}
+        self._tool_deltas: list[ToolCallDelta] = []
 
     def feed(self, event: ServerSentEvent) -> list[StreamItem]:
         raise NotImplementedError
@@ -85,21 +86,24 @@ class StreamDecoder:
     ) -> ToolCallDelta:
         """The first fragment of a new call (``index`` counts calls in order of
         appearance; a missing id becomes ``call_<index>``)."""
-        index = len(self._calls)
-        call_id = id or f"call_{index}"
-        self._calls[key] = (index, call_id, name or "", [arguments] if arguments else [])
-        return ToolCallDelta(index=index, id=call_id, name=name or "", arguments=arguments)
+        index = self._calls[key] = len(self._calls)
+        delta = ToolCallDelta(
+            index=index, id=id or f"call_{index}", name=name or "", arguments=arguments
+        )
+        self._tool_deltas.append(delta)
+        return delta
 
     def has_tool_call(self, key: object) -> bool:
         return key in self._calls
 
     def tool_arguments(self, key: object, fragment: str) -> ToolCallDelta | None:
         """A later piece of the arguments of call ``key`` (None when empty)."""
-        index, _, _, pieces = self._calls[key]
+        index = self._calls[key]
         if not fragment:
             return None
-        pieces.append(fragment)
-        return ToolCallDelta(index=index, arguments=fragment)
+        delta = ToolCallDelta(index=index, arguments=fragment)
+        self._tool_deltas.append(delta)
+        return delta
 
     def tool_call_items(
         self, key: object, *, id: str | None, name: str | None, arguments: str | None
@@ -114,11 +118,7 @@ class StreamDecoder:
     @property
     def tool_calls(self) -> tuple[ToolCall, ...]:
         """The calls assembled so far (arguments ``{}`` when none were sent)."""
-        calls = sorted(self._calls.values(), key=lambda c: c[0])
-        return tuple(
-            ToolCall(id=call_id, name=name, arguments="".join(pieces) or "{}")
-            for _, call_id, name, pieces in calls
-        )
+        return assemble_tool_calls(self._tool_deltas)
 
     # --- helpers ----------------------------------------------------------------------
     @staticmethod
