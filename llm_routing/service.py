@@ -59,7 +59,13 @@ def execute(
 
 
 def audit(**kwargs: Any) -> RoutingResult:
-    """Validate keyword arguments like ``POST /audit/`` does, then :func:`execute`."""
+    """Route one request; keyword arguments mirror the fields of ``POST /audit/``.
+
+    Required: ``task`` and ``input_text``. Optional: ``instructions``, ``provider``,
+    ``route``, ``force_provider``, ``response_schema``, ``metadata``. Inputs are
+    validated exactly as the HTTP API validates them; bad input raises
+    ``django.core.exceptions.ValidationError`` naming the field.
+    """
     return execute(build_request(**kwargs))
 
 
@@ -127,7 +133,22 @@ def chat(
     stream: bool = False,
     **params: Any,
 ) -> RoutingResult | Iterator[RouterStreamEvent]:
-    """Route one conversation (see ``llm_routing.chat``)."""
+    """Route one conversation through a chain, like ``POST /v1/chat/completions``.
+
+    ``messages`` and ``tools`` are OpenAI-shaped dicts (or :class:`~llm_routing.types.Message`
+    / :class:`~llm_routing.types.Tool` objects); ``chain`` names a Chain (else routing
+    rules and the default chain decide). ``params``: ``tool_choice``, ``temperature``,
+    ``top_p``, ``max_tokens``, ``seed``, ``stop``, ``user``, ``response_schema``,
+    ``task`` (default ``"chat"``), ``provider``, ``route``, ``force_provider``,
+    ``metadata``, ``instructions``, ``backstop`` (default True: like :func:`audit`, an
+    exhausted chain is answered by the mock; False makes it an error result).
+
+    Returns the :class:`~llm_routing.types.RoutingResult` (``result.tool_calls`` holds
+    the calls), or with ``stream=True`` an iterator of ``StreamChunk`` … ending in one
+    ``StreamResult`` or ``StreamFailure``. Bad input raises
+    ``django.core.exceptions.ValidationError`` naming the field
+    (``messages.1.tool_call_id``).
+    """
     request = build_chat_request(messages, tools=tools, chain=chain, stream=stream, **params)
     if stream:
         return route_stream(request)
