@@ -11,6 +11,7 @@ llm_routing.W001      an enabled provider's key variable is missing (unset/empty
 llm_routing.W002      a chain has no enabled entry with an enabled provider
 llm_routing.I001      no default chain in the database and no DEFAULT_CHAIN setting
 llm_routing.W010      httpx / httpcore debug logging is on (it logs request headers)
+llm_routing.E010      HTTP_MAX_CONNECTIONS / HTTP_MAX_KEEPALIVE are not usable pool limits
 ====================  ==========================================================
 
 E003, E004, W001, W002 and I001 read the configuration rows. They are registered with
@@ -86,6 +87,11 @@ MESSAGES: dict[str, tuple[str, str]] = {
         "Set these loggers to INFO or higher in production; llm_routing redacts known key "
         "values from their records, but headers of other services are not covered.",
     ),
+    "E010": (
+        "The HTTP connection-pool limits are invalid: {detail}.",
+        "HTTP_MAX_CONNECTIONS and HTTP_MAX_KEEPALIVE are whole numbers of at least 1, and "
+        "HTTP_MAX_KEEPALIVE is at most HTTP_MAX_CONNECTIONS (see docs/configuration.md).",
+    ),
 }
 
 
@@ -123,6 +129,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
             and (not isinstance(user[key], int | float) or user[key] <= 0)
         ):
             errors.append(_message(checks.Error, "E002", detail=f"{key} must be a positive number"))
+    errors.extend(_pool_limit_messages(user))
     if not unknown and not errors:
         from .resilience.breaker import Policy
 
@@ -131,6 +138,28 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
         except ImproperlyConfigured as exc:
             errors.append(_message(checks.Error, "E002", detail=str(exc).rstrip(".")))
     return errors
+
+
+def _pool_limit_messages(user: dict[str, Any]) -> list[checks.CheckMessage]:
+    """E010: the adapters' connection-pool bounds (httpx.Limits) must be whole numbers
+    of at least 1, the idle bound within the total."""
+    limits = {
+        key: user.get(key, DEFAULTS[key]) for key in ("HTTP_MAX_CONNECTIONS", "HTTP_MAX_KEEPALIVE")
+    }
+    for key, value in limits.items():
+        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+            return []  # not a positive number: E002 says so
+        if not isinstance(value, int):
+            return [_message(checks.Error, "E010", detail=f"{key} must be a whole number")]
+    if limits["HTTP_MAX_KEEPALIVE"] > limits["HTTP_MAX_CONNECTIONS"]:
+        return [
+            _message(
+                checks.Error,
+                "E010",
+                detail="HTTP_MAX_KEEPALIVE is larger than HTTP_MAX_CONNECTIONS",
+            )
+        ]
+    return []
 
 
 def _tables_exist(alias: str, *tables: str) -> bool:

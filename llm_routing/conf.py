@@ -78,6 +78,10 @@ DEFAULTS: dict[str, Any] = {
     "CONNECT_TIMEOUT_S": 5.0,
     # Largest upstream response body read, in bytes.
     "MAX_RESPONSE_BYTES": 4_194_304,
+    # Connection pool of each provider's HTTP client (sync, and async per event loop):
+    # at most this many connections open at once, and this many kept idle for reuse.
+    "HTTP_MAX_CONNECTIONS": 1000,
+    "HTTP_MAX_KEEPALIVE": 100,
     # Django cache alias holding circuit state (shared when it is Redis).
     "CACHE_ALIAS": "default",
     # --- circuit breaker (issue 4) — docs/circuit-breakers.md --------------------------
