@@ -8,6 +8,10 @@ router turns whatever escapes into a safe error result.
 
 The key is read from its environment variable at call time by :func:`read_api_key`
 and handed to :meth:`BaseProvider.complete`; adapters must not keep it.
+
+Each call has an async twin with the same semantics (:meth:`BaseProvider.acomplete`,
+:meth:`BaseProvider.astream`, :meth:`BaseProvider.aclose`): real ``httpx.AsyncClient``
+I/O in :class:`HttpProvider`, a worker thread for adapters written sync-only.
 """
 
 from __future__ import annotations

@@ -20,7 +20,10 @@ when one passes, shuts that stream's socket down (httpcore's public
 ``network_stream`` response extension → ``get_extra_info("socket")``). The blocked
 read wakes at once and the adapter raises :class:`ProviderTimeoutError`. The time a
 stream spends suspended in its consumer (the router writing to a slow client) is not
-upstream silence and does not count toward the idle timeout.
+upstream silence and does not count toward the idle timeout. The async path
+(:meth:`~llm_routing.providers.base.HttpProvider.astream`) needs no watchdog: it waits
+for each event under an ``asyncio`` timeout taken from the same clock
+(:meth:`StreamClock.next_deadline`, :meth:`StreamClock.timed_out`).
 """
 
 from __future__ import annotations
