@@ -154,12 +154,17 @@ class BaseProvider(ABC):
         ``contextlib.aclosing``) when the consumer stops early: that closes the sync
         iterator too (after a pull still running in its thread, never on the loop)."""
         iterator = self.stream(request, api_key=api_key, timeout=timeout)
-        if self.result_mode == "mock":
-            for event in iterator:
+        if self.result_mode != "mock":
+            async for event in _pulled_in_threads(iterator):
                 yield event
             return
-        async for event in _pulled_in_threads(iterator):
-            yield event
+        try:
+            for event in iterator:
+                yield event
+        finally:
+            close = getattr(iterator, "close", None)
+            if callable(close):
+                close()
 
     async def aclose(self) -> None:
         """Release pooled resources from async code (this default: :meth:`close`)."""
