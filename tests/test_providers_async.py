@@ -509,6 +509,36 @@ def test_registry_eviction_and_aclose_all_close_async_clients(
         registry.clear_adapter_cache()
 
 
+@pytest.mark.parametrize("how", ["close", "aclose"])
+def test_closing_the_adapter_mid_stream_is_a_network_error(
+    how: str, make_adapter: MakeAdapter, fake_upstream: FakeUpstream
+) -> None:
+    """A provider row changed while its stream runs (the registry closes the adapter):
+    the stream ends with a classified NetworkError, never a raw transport exception."""
+    fake_upstream.script("openai", Faults.stream(text=LONG_TEXT, interval=0.05))
+    adapter = make_adapter("openai")
+
+    async def go() -> tuple[list[StreamEvent], BaseException | None]:
+        events: list[StreamEvent] = []
+        agen = adapter.astream(STREAM_REQUEST, api_key=KEY, timeout=10.0)
+        events.append(await anext(agen))
+        if how == "close":
+            adapter.close()  # scheduled on this (running) loop
+        else:
+            await adapter.aclose()
+        try:
+            async for event in agen:
+                events.append(event)
+        except BaseException as exc:
+            return events, exc
+        return events, None
+
+    events, error = run_async(go())
+    assert isinstance(error, errors.NetworkError)
+    assert 1 <= len(texts(events)) < 80
+    assert not any(isinstance(e, StreamEnd) for e in events)
+
+
 # --- pool limits ---------------------------------------------------------------------------
 def test_pool_limits_come_from_settings() -> None:
     assert pool_limits() == httpx.Limits(max_connections=1000, max_keepalive_connections=100)
