@@ -62,6 +62,7 @@ class WriteBehindStats:
     lost: int  # records neither written nor spooled (spool off or unwritable)
     overflowed: int  # records that found the queue full (spooled or lost)
     queued: int  # records waiting now
+    batches: int  # batches written (each one transaction)
 
     def to_dict(self) -> dict[str, int]:
         return {
@@ -71,6 +72,7 @@ class WriteBehindStats:
             "lost": self.lost,
             "overflowed": self.overflowed,
             "queued": self.queued,
+            "batches": self.batches,
         }
 
 
@@ -110,7 +112,7 @@ class WriteBehind:
         self._accepted = 0
         self._settled = 0  # accepted records written or spilled (or lost)
         self._hurry = threading.Event()  # a flush is waiting: stop lingering
-        self._written = self._spooled = self._lost = self._overflowed = 0
+        self._written = self._spooled = self._lost = self._overflowed = self._batches = 0
 
     # --- the request side (no database, no waiting) --------------------------------
 
@@ -199,6 +201,7 @@ class WriteBehind:
                 lost=self._lost,
                 overflowed=self._overflowed,
                 queued=self._queue.qsize() if self._queue is not None else 0,
+                batches=self._batches,
             )
 
     # --- the writer thread ---------------------------------------------------------
@@ -240,6 +243,7 @@ class WriteBehind:
         finally:
             with self._lock:
                 self._written += written
+                self._batches += 1 if written else 0
                 self._settled += len(batch)
                 if self._settled >= self._accepted:
                     self._hurry.clear()

@@ -188,6 +188,7 @@ def test_500_concurrent_submits_on_postgresql_cost_the_same_queries_per_batch(ro
     assert writer.flush(timeout=60)
 
     assert sum(size for size, _ in per_batch) == 500
+    assert writer.stats().batches == len(per_batch)
     assert max(size for size, _ in per_batch) > 1  # batched, not one by one
     # Two statements per batch whatever its size (inside one BEGIN ... COMMIT).
     assert {tuple(statements) for _, statements in per_batch} == {("INSERT", "INSERT")}
