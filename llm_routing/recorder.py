@@ -30,7 +30,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db import DatabaseError, IntegrityError, models, transaction
+from django.core.exceptions import ValidationError
+from django.db import DatabaseError, DataError, IntegrityError, models, transaction
 from django.utils import timezone
 
 from . import spool
@@ -51,6 +52,7 @@ __all__ = [
     "submit",
     "write_batch",
     "write_behind_stats",
+    "write_queued",
     "write_rows",
 ]
 
@@ -218,8 +220,42 @@ def record_or_spool(request: AuditRequest, routed: RoutingResult) -> None:
 
 # --- write-behind (llm_routing.write_behind) -------------------------------------------
 
+# What the database (or the field) says about one record, not about the database.
+_REFUSED = (IntegrityError, DataError, ValidationError)
+
+
+def write_queued(batch: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The writer thread's write: :func:`write_batch`; when the database refuses one of
+    its records (a constraint, a value out of range), the batch is written one record
+    per transaction instead, so the others are not held back. A record whose request id
+    is already recorded is skipped; the others it refuses are returned (to spool).
+    Any other database error is raised (the whole batch is spooled)."""
+    try:
+        write_batch(batch)
+        return []
+    except _REFUSED:
+        if len(batch) == 1:
+            return [] if _recorded(batch[0]) else list(batch)
+    refused = []
+    for rows in batch:
+        try:
+            write_batch([rows])
+        except _REFUSED:
+            if not _recorded(rows):
+                refused.append(rows)
+    return refused
+
+
+def _recorded(rows: dict[str, Any]) -> bool:
+    try:
+        request_id = uuid.UUID(str(rows["decision"]["request_id"]))
+    except ValueError:
+        return False
+    return RoutingDecision.objects.filter(request_id=request_id).exists()
+
+
 _writer = WriteBehind(
-    write=write_batch,
+    write=write_queued,
     spill=spool.append_many,
     maxsize=lambda: int(routing_settings.RECORD_QUEUE_SIZE),
 )
@@ -322,7 +358,7 @@ def flush_spool() -> FlushReport:
                     path.name,
                 )
                 return FlushReport(written, already, rejected, left)
-            except (ValueError, KeyError, TypeError) as exc:
+            except (ValueError, KeyError, TypeError, ValidationError) as exc:
                 rejected += 1
                 logger.error("Spooled line rejected (%s); kept in %s", exc, spool.REJECTED)
                 _reject(text)

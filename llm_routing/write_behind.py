@@ -7,12 +7,14 @@ wait, safe to call from an event loop. One daemon thread per process, started on
 first submit (and again in a forked child: the parent's queue and thread are not the
 child's), takes what is queued in batches — up to ``batch_size`` records, or whatever
 arrived within ``linger_s`` of the first — and hands each batch to ``write`` (one
-transaction: one INSERT of the decisions, one of their attempts).
+transaction: one INSERT of the decisions, one of their attempts), which raises when the
+database refused the batch, or returns the records it could not take one by one.
 
 Nothing is dropped silently:
 
 * a batch ``write`` refuses (any exception: the database is down, a table is locked)
-  goes to ``spill`` (the spool, :mod:`llm_routing.spool`: one append, one ``fsync``);
+  goes to ``spill`` (the spool, :mod:`llm_routing.spool`: one append, one ``fsync``),
+  and so does a single record it returns as refused;
 * a record submitted while the queue is full is spilled at once instead of waiting
   (a local file append, counted and logged);
 * :meth:`WriteBehind.flush` waits until every record submitted before the call is
@@ -82,7 +84,7 @@ class WriteBehind:
     def __init__(
         self,
         *,
-        write: Callable[[Sequence[Rows]], object],
+        write: Callable[[Sequence[Rows]], Sequence[Rows] | None],
         spill: Callable[[Sequence[Rows]], Path | None],
         maxsize: Callable[[], int],
         batch_size: int = 200,
@@ -235,8 +237,10 @@ class WriteBehind:
         """Write *batch*, or spill it; never raises. True when written."""
         written = 0
         try:
-            self._write(batch)
-            written = len(batch)
+            refused = list(self._write(batch) or ())
+            written = len(batch) - len(refused)
+            if refused:  # records the database will not take, written around
+                self._spill_safely(refused, "refused by the database", log=True)
         except Exception as exc:  # the database refused: keep the batch on disk
             # The exception's text may quote the statement: its type only.
             self._spill_safely(batch, type(exc).__name__, log=True)

@@ -105,11 +105,11 @@ class Gate:
         self.opened = threading.Event()
         self.batches: list[int] = []
 
-    def write(self, batch: Sequence[Rows]) -> object:
+    def write(self, batch: Sequence[Rows]) -> list[Rows]:
         self.entered.set()
         assert self.opened.wait(30)
         self.batches.append(len(batch))
-        return recorder.write_batch(batch)
+        return recorder.write_queued(batch)
 
 
 # --- written, all of it ------------------------------------------------------------
@@ -170,7 +170,7 @@ def test_500_concurrent_submits_on_postgresql_cost_the_same_queries_per_batch(ro
     results = routed(500)
     per_batch: list[tuple[int, list[str]]] = []
 
-    def counted(batch: Sequence[Rows]) -> object:
+    def counted(batch: Sequence[Rows]) -> list[Rows]:
         statements: list[str] = []
 
         def count(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
@@ -178,9 +178,9 @@ def test_500_concurrent_submits_on_postgresql_cost_the_same_queries_per_batch(ro
             return execute(sql, params, many, context)
 
         with connection.execute_wrapper(count):  # the writer thread's own connection
-            written = recorder.write_batch(batch)
+            recorder.write_batch(batch)
         per_batch.append((len(batch), statements))
-        return written
+        return []  # all written (write_batch raises otherwise)
 
     writer = WriteBehind(write=counted, spill=spool.append_many, maxsize=lambda: 10_000)
     rows = [recorder.decision_rows(*r) for r in results]
@@ -243,6 +243,28 @@ def test_a_refused_batch_is_spooled_and_replayed_by_the_flush_command(
     assert "Wrote 30 spooled decision(s)" in out.getvalue()
     assert RoutingDecision.objects.count() == 30 and Attempt.objects.count() == 90
     assert recorder.missing_decisions([r.request_id for _, r in results]) == set()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_record_the_database_refuses_does_not_hold_back_its_batch(routed, spool_dir, backend):
+    results = routed(4)
+    rows = [recorder.decision_rows(*r) for r in results]
+    ids = [one["decision"]["request_id"] for one in rows]
+    recorder.record(*results[1])  # already recorded: its queued copy is a duplicate
+    rows[2]["decision"]["input_length"] = -1  # breaks the column's CHECK (>= 0)
+    writer = WriteBehind(
+        write=recorder.write_queued, spill=spool.append_many, maxsize=lambda: 10, linger_s=5
+    )
+    for one in rows:
+        writer.submit(one)
+    assert writer.flush(timeout=30)  # ends the linger: the four are one batch
+
+    stats = writer.stats()
+    assert (stats.written, stats.spooled, stats.lost, stats.batches) == (3, 1, 0, 1)
+    recorded = {str(i) for i in RoutingDecision.objects.values_list("request_id", flat=True)}
+    assert recorded == {ids[0], ids[1], ids[3]}
+    assert Attempt.objects.count() == 3 * 3
+    assert [line["decision"]["request_id"] for line in spooled(spool_dir)] == [ids[2]]
 
 
 # --- the queue is full: spooled, not waited for ---------------------------------------
