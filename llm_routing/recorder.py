@@ -277,7 +277,8 @@ def submit(request: AuditRequest, routed: RoutingResult) -> None:
 
 def flush(timeout: float = 5.0) -> bool:
     """Wait until every decision submitted so far is written (or spooled); False when
-    *timeout* seconds passed first. Called on interpreter exit too."""
+    *timeout* seconds passed first. Called on interpreter exit too. It blocks: on an
+    event loop, ``await asyncio.to_thread(recorder.flush)``."""
     return _writer.flush(timeout)
 
 

@@ -10,6 +10,7 @@ connection, so these tests commit for real (``transaction=True``); failures are 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sqlite3
 import threading
@@ -148,6 +149,20 @@ def test_submits_from_many_threads_are_all_written_after_flush(routed, spool_dir
         True,
         "unavailable",
     )
+
+
+def test_submit_on_an_event_loop_touches_no_database(routed, spool_dir):
+    # Django raises SynchronousOnlyOperation for any ORM call made on a running loop:
+    # had submit touched the database, these decisions would be missing.
+    results = routed(5)
+
+    async def serve() -> None:
+        for pair in results:
+            recorder.submit(*pair)
+
+    asyncio.run(serve())
+    assert recorder.flush(timeout=30)
+    assert recorder.missing_decisions([r.request_id for _, r in results]) == set()
 
 
 def test_record_mode_write_behind_routes_through_the_queue(routed, settings, tmp_path):
