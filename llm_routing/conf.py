@@ -121,6 +121,12 @@ DEFAULTS: dict[str, Any] = {
     # Directory where routing decisions the database refused are appended as JSON lines
     # (manage.py llm_routing_spool_flush writes them later). None: not kept, only logged.
     "SPOOL_DIR": None,
+    # --- recording (issue 14) ----------------------------------------------------------
+    # "inline": the sync router writes the decision before it returns; "write_behind":
+    # it queues it for a background writer (the async path always does).
+    "RECORD_MODE": "inline",
+    # Bound of the write-behind queue (records); a record past it is spooled.
+    "RECORD_QUEUE_SIZE": 10_000,
     # --- retention --------------------------------------------------------------------
     "RETENTION_DAYS": 30,
     # --- jobs and retention (issue 6) ---------------------------------------------------

@@ -17,6 +17,7 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import Q
+from django.utils import timezone
 
 from .types import MOCK_PROVIDER_NAME, ProviderConfig
 from .validators import validate_api_key_env, validate_base_url
@@ -288,7 +289,10 @@ class RoutingDecision(models.Model):
     input_length = models.PositiveIntegerField()
     input_sha256 = models.CharField(max_length=64)
     total_latency_ms = models.FloatField(default=0.0)
-    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    # When the decision was made, set by the recorder (a write-behind batch or the spool's
+    # replay writes it later); not auto_now_add, which would overwrite it with the write
+    # time.
+    created_at = models.DateTimeField(default=timezone.now, editable=False, db_index=True)
 
     class Meta:
         ordering = ["-created_at"]

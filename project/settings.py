@@ -136,6 +136,9 @@ LLM_ROUTING = {
     "RETENTION_BATCH_SIZE": env.int("LLM_ROUTING_RETENTION_BATCH_SIZE", default=1000),
     # Decisions the database refuses are kept here until llm_routing_spool_flush.
     "SPOOL_DIR": env.str("LLM_ROUTING_SPOOL_DIR", default="") or None,
+    # "inline" (written before the answer) or "write_behind" (docs/production.md).
+    "RECORD_MODE": env.str("LLM_ROUTING_RECORD_MODE", default="inline"),
+    "RECORD_QUEUE_SIZE": env.int("LLM_ROUTING_RECORD_QUEUE_SIZE", default=10_000),
     "API_THROTTLE_RATES": {
         "user": env.str("LLM_ROUTING_USER_RATE", default="120/min"),
         "anon": env.str("LLM_ROUTING_ANON_RATE", default="10/min"),
