@@ -42,12 +42,11 @@ from types import MappingProxyType
 from typing import Any
 
 from asgiref.sync import sync_to_async
-from django.core.cache import caches
 from django.db import connections, transaction
 from django.db import router as db_router
 from django.db.models.signals import m2m_changed, post_delete, post_save
 
-from .conf import routing_settings
+from .cache import routing_cache
 from .models import Chain, ChainEntry, Provider, RoutingRule, rule_matches
 from .signals import config_changed
 from .types import Principal
@@ -255,7 +254,7 @@ def _read_version() -> tuple[bool, str | None]:
     if _holder.clock() < _holder.cache_retry_at:
         return False, None
     try:
-        value = caches[routing_settings.CACHE_ALIAS].get(VERSION_KEY)
+        value = routing_cache().get(VERSION_KEY)
     except Exception:  # whatever the backend raises: fall back to the short TTL
         _holder.cache_retry_at = _holder.clock() + CACHE_RETRY_S
         return False, None
@@ -322,7 +321,7 @@ def clear() -> None:
 
 def _bump_shared() -> None:
     try:
-        caches[routing_settings.CACHE_ALIAS].set(VERSION_KEY, uuid.uuid4().hex, None)
+        routing_cache().set(VERSION_KEY, uuid.uuid4().hex, None)
     except Exception:  # other processes fall back on their short TTL while it fails
         _holder.cache_retry_at = _holder.clock() + CACHE_RETRY_S
 

@@ -38,6 +38,7 @@ TOKEN_CACHE_TTL_S = 5.0
 #: At most this many tokens are kept (the cache is emptied when it is full).
 TOKEN_CACHE_MAX_ENTRIES = 10_000
 
+_clock = time.monotonic  # a fake clock in tests
 _lock = threading.Lock()
 _cache: dict[str, tuple[float, Any, Any]] = {}  # key -> (expires at, user, token)
 _connected = False
@@ -55,7 +56,7 @@ class TokenAuthentication(authentication.TokenAuthentication):
     def authenticate_credentials(self, key: str) -> tuple[Any, Any]:
         if not _connected:
             _connect(self.get_model())
-        now = time.monotonic()
+        now = _clock()
         hit = _cache.get(key)
         if hit is not None and hit[0] > now:
             return hit[1], hit[2]
