@@ -31,6 +31,7 @@ from typing import Any
 
 from .access import denied_candidates
 from .conf import routing_settings
+from .dbconn import release_pooled_connections
 from .errors import NetworkError, ProviderError, ResponseError
 from .explanation import CandidateExplanation, Explanation
 from .logging import known_key_values
@@ -389,6 +390,7 @@ class _Session:
         )
         # Candidates the caller may not use: skipped as not_allowed (docs/operations.md).
         self.denied = _denied(self.plan, request, self.config)
+        release_pooled_connections()  # no pooled connection held across upstream calls
 
     @property
     def request_id(self) -> str:
