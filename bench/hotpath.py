@@ -35,9 +35,7 @@ sys.path.insert(0, str(ROOT))
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--database-url", default="postgres://postgres@127.0.0.1:5432/llmr_hotpath"
-    )
+    parser.add_argument("--database-url", default="postgres://postgres@127.0.0.1:5432/llmr_hotpath")
     parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/5")
     parser.add_argument("--rounds", type=int, default=2000)
     args = parser.parse_args()
@@ -71,6 +69,7 @@ def main() -> None:
         RoutingRule.objects.filter(name__startswith="bench").delete()
         Chain.objects.filter(name__startswith="bench").delete()
         Provider.objects.filter(name__startswith="bench").delete()
+
     prefix = f"bench-{uuid.uuid4().hex[:8]}"
     caches["default"].key_prefix = prefix
     routing_cache().key_prefix = prefix
