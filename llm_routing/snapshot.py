@@ -172,7 +172,9 @@ class ConfigSnapshot:
 
 
 def build(version: str | None = None, *, using: str | None = None) -> ConfigSnapshot:
-    """Read the configuration rows into a new snapshot (six queries)."""
+    """Read the configuration rows into a new snapshot (six queries). A row that refers
+    to one committed after an earlier query is left out: that commit's own version bump
+    rebuilds the snapshot."""
     alias = using or db_router.db_for_read(Provider)
     providers = {p.name: p for p in Provider.objects.using(alias).order_by("name")}
     by_pk = {p.pk: p.name for p in providers.values()}
@@ -182,9 +184,10 @@ def build(version: str | None = None, *, using: str | None = None) -> ConfigSnap
         .order_by("chain_id", "position")
         .values_list("chain_id", "provider_id", "position", "model", "enabled")
     ):
-        entries.setdefault(chain_id, []).append(
-            EntrySpec(by_pk[provider_id], position, model, enabled)
-        )
+        if provider_id in by_pk:
+            entries.setdefault(chain_id, []).append(
+                EntrySpec(by_pk[provider_id], position, model, enabled)
+            )
     users: dict[int, set[Any]] = {}
     for chain_id, user_id in Chain.allowed_users.through.objects.using(alias).values_list(
         "chain_id", "user_id"
@@ -211,6 +214,7 @@ def build(version: str | None = None, *, using: str | None = None) -> ConfigSnap
     rules = tuple(
         RuleSpec(r.name, r.priority, r.route, r.task_glob, by_chain_pk[r.chain_id])
         for r in RoutingRule.objects.using(alias).filter(enabled=True).order_by("priority", "name")
+        if r.chain_id in by_chain_pk
     )
     return ConfigSnapshot(
         providers=MappingProxyType(providers),
