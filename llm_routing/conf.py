@@ -106,7 +106,7 @@ DEFAULTS: dict[str, Any] = {
     "STREAM_IDLE_TIMEOUT_S": 30.0,
     # --- HTTP API --------------------------------------------------------------------
     "API_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.TokenAuthentication",
+        "llm_routing.api.authentication.TokenAuthentication",
         "llm_routing.api.authentication.BearerTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
