@@ -258,3 +258,25 @@ def test_python_api_check_without_a_principal_counts_global_budgets():
     refusal = budgets.check(None)
     assert refusal is not None and refusal.budget == "g" and refusal.status == 429
     budgets.forget()
+
+
+def test_admin_pages_show_use_against_cap(api, chain, admin_client):
+    tok = Budget.objects.create(
+        name="tok-cap", scope="token", subject=token_of(api), max_requests=3, max_tokens=100
+    )
+    Budget.objects.create(name="idle", scope="global", window="month", max_cost_usd="2.5")
+    audit(api)
+    audit(api)
+    listing = admin_client.get("/admin/llm_routing/budget/")
+    assert listing.status_code == 200
+    page = listing.content.decode()
+    assert "2 / 3" in page  # requests used against the cap
+    assert "14 / 100" in page  # tokens settled after the two answers
+    assert "0 / 2.500000" in page  # cost: none recorded yet
+    assert token_of(api) not in page  # the token key is masked in the list
+    assert "2026-04-01 00:00" in page  # when the day resets
+    filtered = admin_client.get("/admin/llm_routing/budget/?scope__exact=global")
+    assert "idle" in filtered.content.decode() and "tok-cap" not in filtered.content.decode()
+    change = admin_client.get(f"/admin/llm_routing/budget/{tok.pk}/change/").content.decode()
+    assert "requests 2 / 3 · tokens 14 / 100" in change
+    assert admin_client.get("/admin/llm_routing/budget/add/").status_code == 200
