@@ -68,7 +68,7 @@ def test_changes_are_planned_and_prune_removes_budgets():
     assert Budget.objects.get(name="alice-daily").max_requests == 50  # dry run
     apply(changed)
     assert Budget.objects.get(name="alice-daily").max_requests == 60
-    only_alice = changed.split("[[budgets]]\nname = \"everyone")[0]
+    only_alice = changed.split('[[budgets]]\nname = "everyone')[0]
     assert [str(c) for c in apply(only_alice)] == []  # without prune: kept
     assert [str(c) for c in apply(only_alice, prune=True)] == ["- budget everyone-monthly"]
     assert list(Budget.objects.values_list("name", flat=True)) == ["alice-daily"]
