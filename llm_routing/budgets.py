@@ -40,7 +40,7 @@ from typing import Any
 
 from django.core.cache import caches
 from django.core.cache.backends.base import BaseCache
-from django.db.models import Q
+from django.db.models.signals import post_delete, post_save
 from django.dispatch import Signal
 
 from .conf import routing_settings
@@ -50,6 +50,7 @@ from .types import Principal
 
 __all__ = [
     "CACHE_RETRY_S",
+    "ROWS_TTL_S",
     "Grant",
     "Refusal",
     "Usage",
@@ -176,25 +177,61 @@ def _caps(budget: Budget) -> tuple[int, int, int]:
 # --- which budgets apply ----------------------------------------------------------------
 
 
-def applicable(principal: Principal | None, token_key: str | None = None) -> list[Budget]:
-    """The enabled budgets of this caller (one query), global ones included."""
-    match = Q(scope=Budget.Scope.GLOBAL)
-    if principal is not None and principal.user_id is not None:
-        from django.contrib.auth import get_user_model
+#: Each process keeps the enabled budget rows this long (a change made in another
+#: process applies within it; in this process at once, through the model's signals).
+ROWS_TTL_S = 1.0
 
-        user_model = get_user_model()
-        usernames = user_model._default_manager.filter(pk=principal.user_id).values(
-            user_model.USERNAME_FIELD
-        )
-        match |= Q(scope=Budget.Scope.USER, subject__in=usernames)
-        if principal.group_ids:
+_rows_lock = threading.Lock()
+_rows: tuple[float, tuple[Budget, ...]] | None = None
+
+
+def _enabled_rows() -> tuple[Budget, ...]:
+    """Every enabled budget (one query per :data:`ROWS_TTL_S` per process; none when
+    the table is empty and the cache is fresh)."""
+    global _rows
+    now = time.monotonic()
+    cached = _rows
+    if cached is not None and now - cached[0] < ROWS_TTL_S:
+        return cached[1]
+    rows = tuple(Budget.objects.filter(enabled=True).order_by("name"))
+    with _rows_lock:
+        _rows = (now, rows)
+    return rows
+
+
+def _rows_changed(**kwargs: Any) -> None:
+    global _rows
+    with _rows_lock:
+        _rows = None
+
+
+def applicable(principal: Principal | None, token_key: str | None = None) -> list[Budget]:
+    """The enabled budgets of this caller, global ones included. Reads the user's name
+    and group names only when a user or group budget exists."""
+    rows = _enabled_rows()
+    if not rows:
+        return []
+    scopes = {b.scope for b in rows}
+    wanted: set[tuple[str, str]] = {(Budget.Scope.GLOBAL, "")}
+    if token_key and Budget.Scope.TOKEN in scopes:
+        wanted.add((Budget.Scope.TOKEN, token_key))
+    if principal is not None and principal.user_id is not None:
+        if Budget.Scope.USER in scopes:
+            from django.contrib.auth import get_user_model
+
+            user_model = get_user_model()
+            for name in user_model._default_manager.filter(pk=principal.user_id).values_list(
+                user_model.USERNAME_FIELD, flat=True
+            ):
+                wanted.add((Budget.Scope.USER, str(name)))
+        if Budget.Scope.GROUP in scopes and principal.group_ids:
             from django.contrib.auth.models import Group
 
-            names = Group.objects.filter(pk__in=principal.group_ids).values("name")
-            match |= Q(scope=Budget.Scope.GROUP, subject__in=names)
-    if token_key:
-        match |= Q(scope=Budget.Scope.TOKEN, subject=token_key)
-    return list(Budget.objects.filter(match, enabled=True).order_by("name"))
+            for name in Group.objects.filter(pk__in=principal.group_ids).values_list(
+                "name", flat=True
+            ):
+                wanted.add((Budget.Scope.GROUP, name))
+    return [b for b in rows if (b.scope, b.subject) in wanted]
 
 
 # --- the counters -----------------------------------------------------------------------
@@ -341,10 +378,12 @@ def _cache_failed(exc: Exception | None) -> None:
 
 
 def reset_cache_state() -> None:
-    """Forget a past cache failure (tests; the next call tries the cache again)."""
+    """Forget a past cache failure and the cached budget rows (tests: the next call
+    tries the cache again and reads the rows)."""
     global _retry_at, _next_log_at
     with _fail_lock:
         _retry_at = _next_log_at = 0.0
+    _rows_changed()
 
 
 def _cache_down_refusal(budgets: Sequence[Budget]) -> Refusal | None:
@@ -503,6 +542,8 @@ def _connect() -> None:
             _on_provider_result, dispatch_uid="llm_routing.budgets.settle"
         )
     request_finished.connect(_on_request_finished, dispatch_uid="llm_routing.budgets.forget")
+    post_save.connect(_rows_changed, sender=Budget, dispatch_uid="llm_routing.budgets.rows")
+    post_delete.connect(_rows_changed, sender=Budget, dispatch_uid="llm_routing.budgets.rows")
 
 
 _connect()

@@ -12,6 +12,7 @@ import pytest
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
+from llm_routing import budgets
 from llm_routing.errors import ProviderError
 from llm_routing.models import Chain, ChainEntry, Provider
 from llm_routing.providers import registry
@@ -155,6 +156,7 @@ def _clear_cache() -> Iterator[None]:
 
     for alias in caches:
         caches[alias].clear()
+    budgets.reset_cache_state()  # budget rows cached per process, outlive a rollback
     yield
     registry.clear_adapter_cache()
 

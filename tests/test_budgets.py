@@ -280,3 +280,29 @@ def test_admin_pages_show_use_against_cap(api, chain, admin_client):
     change = admin_client.get(f"/admin/llm_routing/budget/{tok.pk}/change/").content.decode()
     assert "requests 2 / 3 · tokens 14 / 100" in change
     assert admin_client.get("/admin/llm_routing/budget/add/").status_code == 200
+
+
+def test_budget_rows_are_cached_per_process_and_a_save_applies_at_once(
+    api, chain, monkeypatch, django_assert_num_queries
+):
+    monkeypatch.setattr(budgets, "ROWS_TTL_S", 3600.0)
+    budget = Budget.objects.create(name="cached", scope="global", max_requests=1)
+    assert audit(api).status_code == 200
+    assert audit(api).status_code == 429
+    Budget.objects.filter(pk=budget.pk).update(max_requests=5)  # no signal: still cached
+    assert audit(api).status_code == 429
+    budget.refresh_from_db()
+    budget.save()  # a save (the admin, the config file) clears this process's copy
+    assert audit(api).status_code == 200
+    with django_assert_num_queries(0):
+        assert budgets.applicable(None) == [budget]  # cached rows: no query
+
+
+def test_streamed_requests_are_counted_too(api, chain):
+    Budget.objects.create(name="streams", scope="user", subject="alice", max_requests=1)
+    body = {**AUDIT, "stream": True}
+    first = api.post("/audit/", data=json.dumps(body), content_type="application/json")
+    assert first.status_code == 200
+    b"".join(first.streaming_content)
+    second = api.post("/audit/", data=json.dumps(body), content_type="application/json")
+    assert second.status_code == 429 and second.json()["budget"] == "streams"
