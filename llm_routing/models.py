@@ -291,6 +291,9 @@ class RoutingDecision(models.Model):
     input_length = models.PositiveIntegerField()
     input_sha256 = models.CharField(max_length=64)
     total_latency_ms = models.FloatField(default=0.0)
+    # The caller's user pk (as text; blank: anonymous or the Python API), for the
+    # dashboard's per-user figures. Not a foreign key: logs outlive deleted users.
+    user_pk = models.CharField(max_length=64, blank=True, default="", editable=False)
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
 
     class Meta:

@@ -306,3 +306,20 @@ def test_streamed_requests_are_counted_too(api, chain):
     b"".join(first.streaming_content)
     second = api.post("/audit/", data=json.dumps(body), content_type="application/json")
     assert second.status_code == 429 and second.json()["budget"] == "streams"
+
+
+def test_dashboard_shows_requests_per_provider_and_per_user(
+    api, chain, admin_client, django_user_model
+):
+    bob = django_user_model.objects.create_user(username="bob", password="pw-bob-123")
+    other = APIClient()
+    other.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=bob).key}")
+    for _ in range(3):
+        assert audit(api).status_code == 200
+    assert audit(other).status_code == 200
+    assert chat(other).status_code == 200
+    html = admin_client.get("/admin/llm_routing/", {"window": "1h"}).content.decode()
+    providers = html.split('id="llmr-spend-providers"')[1].split("</table>")[0]
+    assert "<td>a</td><td>5</td>" in providers
+    users = html.split('id="llmr-spend-users"')[1].split("</table>")[0]
+    assert users.index("<td>alice</td><td>3</td>") < users.index("<td>bob</td><td>2</td>")
