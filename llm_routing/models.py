@@ -302,6 +302,10 @@ class RoutingDecision(models.Model):
         indexes = [
             # The admin dashboard's window counts (requests, fallbacks), index-only.
             models.Index(fields=["created_at", "fallback_used"], name="llmr_decision_window"),
+            # The dashboard's spend per provider / user over a window, index-only.
+            models.Index(
+                fields=["created_at", "user_pk", "selected_provider"], name="llmr_decision_spend"
+            ),
         ]
 
     def __str__(self) -> str:
