@@ -77,8 +77,9 @@ CACHE_RETRY_S = 5.0
 FAIL_OPEN_LOG_INTERVAL_S = 60.0
 #: Counter keys outlive their window by this much (late settlements still land).
 KEY_GRACE_S = 120
-#: Cost is counted in micro-dollars (integers: atomic INCRBY, exact sums).
-MICRO = 1_000_000
+#: Cost is counted in nano-dollars (integers: atomic INCRBY, exact sums); a request's
+#: cost is rounded up to the next nano-dollar, so sums never undercount.
+NANO = 1_000_000_000
 
 #: Seconds since the epoch; tests replace it to roll windows over.
 clock: Callable[[], float] = time.time
@@ -165,8 +166,8 @@ def _ttl(budget: Budget, now: float) -> int:
 
 
 def _caps(budget: Budget) -> tuple[int, int, int]:
-    """(requests, tokens, micro-USD) caps; -1 for none."""
-    cost = -1 if budget.max_cost_usd is None else int(Decimal(budget.max_cost_usd) * MICRO)
+    """(requests, tokens, nano-USD) caps; -1 for none."""
+    cost = -1 if budget.max_cost_usd is None else int(Decimal(budget.max_cost_usd) * NANO)
     return (
         -1 if budget.max_requests is None else int(budget.max_requests),
         -1 if budget.max_tokens is None else int(budget.max_tokens),
@@ -237,7 +238,7 @@ def applicable(principal: Principal | None, token_key: str | None = None) -> lis
 # --- the counters -----------------------------------------------------------------------
 
 # KEYS: per budget i (0-based) requests, tokens, cost keys at 3i+1 … 3i+3.
-# ARGV: n, then per budget ttl, max_requests, max_tokens, max_micro_usd (-1: none).
+# ARGV: n, then per budget ttl, max_requests, max_tokens, max_nano_usd (-1: none).
 # Returns {0, requests_1 … requests_n} when counted, or {i} for the first exhausted
 # budget (1-based) — nothing is counted then.
 _CHECK_LUA = """
@@ -277,7 +278,7 @@ def _redis(cache: BaseCache) -> Any | None:
     return None
 
 
-_scripts: dict[int, Any] = {}
+_scripts: dict[str, Any] = {}
 
 # KEYS: counters; ARGV: (delta, ttl) per key. Returns the new values.
 _ADD_LUA = """
@@ -291,12 +292,13 @@ return out
 """
 
 
-def _script(client: Any, source: str) -> Any:
-    key = hash((id(client), source))
-    script = _scripts.get(key)
+def _run(client: Any, source: str, keys: list[str], args: list[int]) -> Any:
+    """EVALSHA the script (loaded on first use, reloaded after a Redis restart). Django
+    hands out a new client per call: the Script object is kept, the client is passed."""
+    script = _scripts.get(source)
     if script is None:
-        script = _scripts[key] = client.register_script(source)
-    return script
+        script = _scripts[source] = client.register_script(source)
+    return script(keys=keys, args=args, client=client)
 
 
 def _start(budget: Budget, now: float) -> int:
@@ -324,7 +326,7 @@ def _count(
         for b in budgets:
             args += [_ttl(b, now), *_caps(b)]
         made = [cache.make_key(k) for k in keys]
-        reply = [int(v) for v in _script(client, _CHECK_LUA)(keys=made, args=args)]
+        reply = [int(v) for v in _run(client, _CHECK_LUA, made, args)]
         return reply[0], reply[1:]
     with _lock:  # LocMem & co: atomic within this process only
         values = cache.get_many(keys)
@@ -345,7 +347,7 @@ def _add(cache: BaseCache, items: Sequence[tuple[str, int, int]]) -> list[int]:
     if client is not None:
         made = [cache.make_key(k) for k, _, _ in items]
         args = [v for _, delta, ttl in items for v in (delta, ttl)]
-        return [int(v) for v in _script(client, _ADD_LUA)(keys=made, args=args)]
+        return [int(v) for v in _run(client, _ADD_LUA, made, args)]
     out: list[int] = []
     with _lock:
         for key, delta, ttl in items:
@@ -451,14 +453,14 @@ def settle(tokens: int, cost_usd: Decimal | float | None = None) -> None:
     grant = _current.get()
     if grant is None:
         return
-    micro = 0 if cost_usd is None else int(Decimal(str(cost_usd)) * MICRO)
-    if tokens <= 0 and micro <= 0:
+    nano = 0 if cost_usd is None else math.ceil(Decimal(str(cost_usd)) * NANO)
+    if tokens <= 0 and nano <= 0:
         return
     now = clock()
     items: list[tuple[str, int, int]] = []
     for b, start in zip(grant.budgets, grant.starts, strict=True):
         ttl = _ttl(b, now)
-        items += [(_key(b, start, "tokens"), tokens, ttl), (_key(b, start, "cost"), micro, ttl)]
+        items += [(_key(b, start, "tokens"), tokens, ttl), (_key(b, start, "cost"), nano, ttl)]
     try:
         values = _add(_cache(), items)
     except Exception as exc:
@@ -468,8 +470,8 @@ def settle(tokens: int, cost_usd: Decimal | float | None = None) -> None:
         if b.max_tokens is not None:
             _crossed(b, start, "tokens", values[2 * i] - tokens, values[2 * i], b.max_tokens)
         if b.max_cost_usd is not None:
-            cap = int(Decimal(b.max_cost_usd) * MICRO)
-            _crossed(b, start, "cost", values[2 * i + 1] - micro, values[2 * i + 1], cap)
+            cap = int(Decimal(b.max_cost_usd) * NANO)
+            _crossed(b, start, "cost", values[2 * i + 1] - nano, values[2 * i + 1], cap)
 
 
 def _crossed(budget: Budget, start: int, metric: str, before: int, after: int, cap: int) -> None:
@@ -487,7 +489,7 @@ def _crossed(budget: Budget, start: int, metric: str, before: int, after: int, c
     used: int | Decimal = after
     capped: int | Decimal = cap
     if metric == "cost":
-        used, capped = Decimal(after) / MICRO, Decimal(cap) / MICRO
+        used, capped = Decimal(after) / NANO, Decimal(cap) / NANO
     send(
         budget_threshold_reached,
         name=budget.name,
@@ -558,5 +560,5 @@ def usage(budgets: Iterable[Budget]) -> dict[str, Usage]:
     out: dict[str, Usage] = {}
     for i, b in enumerate(budgets):
         r, t, c = (int(values.get(keys[3 * i + j]) or 0) for j in range(3))
-        out[b.name] = Usage(requests=r, tokens=t, cost_usd=Decimal(c) / MICRO)
+        out[b.name] = Usage(requests=r, tokens=t, cost_usd=Decimal(c) / NANO)
     return out

@@ -323,3 +323,25 @@ def test_dashboard_shows_requests_per_provider_and_per_user(
     assert "<td>a</td><td>5</td>" in providers
     users = html.split('id="llmr-spend-users"')[1].split("</table>")[0]
     assert users.index("<td>alice</td><td>3</td>") < users.index("<td>bob</td><td>2</td>")
+
+
+def test_cost_cap_is_settled_exactly_and_overshot_by_at_most_one_request():
+    budget = Budget.objects.create(name="cost", scope="global", max_cost_usd=Decimal("0.000006"))
+    served = 0
+    while budgets.check(None) is None:
+        served += 1
+        budgets.settle(0, Decimal("0.0000025"))  # what the answer cost
+        budgets.forget()
+    # 0, 2.5 and 5 µ$ are under the 6 µ$ cap: three served; 7.5 µ$ overshoots by less
+    # than one request's cost.
+    assert served == 3
+    assert budgets.usage([budget])["cost"].cost_usd == Decimal("0.0000075")
+    budgets.forget()
+
+
+def test_a_sub_nano_dollar_cost_is_rounded_up_never_lost():
+    budget = Budget.objects.create(name="tiny", scope="global", max_requests=100)
+    assert budgets.check(None) is None
+    budgets.settle(0, 1e-12)
+    assert budgets.usage([budget])["tiny"].cost_usd == Decimal("0.000000001")
+    budgets.forget()
