@@ -179,25 +179,81 @@ def _caps(budget: Budget) -> tuple[int, int, int]:
 
 
 #: Each process keeps the enabled budget rows this long (a change made in another
-#: process applies within it; in this process at once, through the model's signals).
+#: process, or a renamed user or group, applies within it; a Budget saved in this
+#: process applies at once, through the model's signals).
 ROWS_TTL_S = 1.0
 
+
+@dataclass(frozen=True)
+class _Index:
+    """The enabled budgets, indexed by what a request carries (user and group pks, the
+    token key): names are resolved to pks once per load, not per request."""
+
+    any: bool = False
+    everyone: tuple[Budget, ...] = ()
+    by_user: dict[str, tuple[Budget, ...]] = field(default_factory=dict)
+    by_group: dict[str, tuple[Budget, ...]] = field(default_factory=dict)
+    by_token: dict[str, tuple[Budget, ...]] = field(default_factory=dict)
+
+
 _rows_lock = threading.Lock()
-_rows: tuple[float, tuple[Budget, ...]] | None = None
+_rows: tuple[float, _Index] | None = None
 
 
-def _enabled_rows() -> tuple[Budget, ...]:
-    """Every enabled budget (one query per :data:`ROWS_TTL_S` per process; none when
-    the table is empty and the cache is fresh)."""
+def _load() -> _Index:
+    rows = list(Budget.objects.filter(enabled=True).order_by("name"))
+    if not rows:
+        return _Index()
+    by: dict[str, dict[str, list[Budget]]] = {"user": {}, "group": {}, "token": {}}
+    users = {b.subject for b in rows if b.scope == Budget.Scope.USER}
+    groups = {b.subject for b in rows if b.scope == Budget.Scope.GROUP}
+    user_pks: dict[str, list[str]] = {}
+    group_pks: dict[str, list[str]] = {}
+    if users:
+        from django.contrib.auth import get_user_model
+
+        model = get_user_model()
+        field_name = model.USERNAME_FIELD
+        for pk, name in model._default_manager.filter(**{f"{field_name}__in": users}).values_list(
+            "pk", field_name
+        ):
+            user_pks.setdefault(str(name), []).append(str(pk))
+    if groups:
+        from django.contrib.auth.models import Group
+
+        for pk, name in Group.objects.filter(name__in=groups).values_list("pk", "name"):
+            group_pks.setdefault(name, []).append(str(pk))
+    everyone: list[Budget] = []
+    for b in rows:
+        if b.scope == Budget.Scope.GLOBAL:
+            everyone.append(b)
+        elif b.scope == Budget.Scope.TOKEN:
+            by["token"].setdefault(b.subject, []).append(b)
+        else:
+            pks = (user_pks if b.scope == Budget.Scope.USER else group_pks).get(b.subject, [])
+            for pk in pks:
+                by[b.scope].setdefault(pk, []).append(b)
+    return _Index(
+        any=True,
+        everyone=tuple(everyone),
+        by_user={k: tuple(v) for k, v in by["user"].items()},
+        by_group={k: tuple(v) for k, v in by["group"].items()},
+        by_token={k: tuple(v) for k, v in by["token"].items()},
+    )
+
+
+def _index() -> _Index:
+    """The enabled budgets (two or three queries per :data:`ROWS_TTL_S` per process;
+    none in between)."""
     global _rows
     now = time.monotonic()
     cached = _rows
     if cached is not None and now - cached[0] < ROWS_TTL_S:
         return cached[1]
-    rows = tuple(Budget.objects.filter(enabled=True).order_by("name"))
+    index = _load()
     with _rows_lock:
-        _rows = (now, rows)
-    return rows
+        _rows = (now, index)
+    return index
 
 
 def _rows_changed(**kwargs: Any) -> None:
@@ -207,32 +263,19 @@ def _rows_changed(**kwargs: Any) -> None:
 
 
 def applicable(principal: Principal | None, token_key: str | None = None) -> list[Budget]:
-    """The enabled budgets of this caller, global ones included. Reads the user's name
-    and group names only when a user or group budget exists."""
-    rows = _enabled_rows()
-    if not rows:
+    """The enabled budgets of this caller, global ones included, by name (no query
+    while the process's copy of the rows is fresh)."""
+    index = _index()
+    if not index.any:
         return []
-    scopes = {b.scope for b in rows}
-    wanted: set[tuple[str, str]] = {(Budget.Scope.GLOBAL, "")}
-    if token_key and Budget.Scope.TOKEN in scopes:
-        wanted.add((Budget.Scope.TOKEN, token_key))
+    found: dict[str, Budget] = {b.name: b for b in index.everyone}
+    if token_key:
+        found.update((b.name, b) for b in index.by_token.get(token_key, ()))
     if principal is not None and principal.user_id is not None:
-        if Budget.Scope.USER in scopes:
-            from django.contrib.auth import get_user_model
-
-            user_model = get_user_model()
-            for name in user_model._default_manager.filter(pk=principal.user_id).values_list(
-                user_model.USERNAME_FIELD, flat=True
-            ):
-                wanted.add((Budget.Scope.USER, str(name)))
-        if Budget.Scope.GROUP in scopes and principal.group_ids:
-            from django.contrib.auth.models import Group
-
-            for name in Group.objects.filter(pk__in=principal.group_ids).values_list(
-                "name", flat=True
-            ):
-                wanted.add((Budget.Scope.GROUP, name))
-    return [b for b in rows if (b.scope, b.subject) in wanted]
+        found.update((b.name, b) for b in index.by_user.get(str(principal.user_id), ()))
+        for gid in principal.group_ids:
+            found.update((b.name, b) for b in index.by_group.get(str(gid), ()))
+    return [found[name] for name in sorted(found)]
 
 
 # --- the counters -----------------------------------------------------------------------
