@@ -345,3 +345,29 @@ def test_a_sub_nano_dollar_cost_is_rounded_up_never_lost():
     budgets.settle(0, 1e-12)
     assert budgets.usage([budget])["tiny"].cost_usd == Decimal("0.000000001")
     budgets.forget()
+
+
+@pytest.mark.django_db(transaction=True)  # the hook reads the rows in a worker thread
+def test_async_hook_carries_the_grant_back_into_the_async_caller():
+    from types import SimpleNamespace
+
+    from asgiref.sync import async_to_sync
+
+    from llm_routing.api.budget_guard import BudgetRefused, aenforce_budgets
+    from llm_routing.types import Principal
+
+    budget = Budget.objects.create(name="async-g", scope="global", max_requests=1)
+    request = SimpleNamespace(auth=None)  # what the hook reads of DRF's request
+
+    async def view() -> str:
+        await aenforce_budgets(request, Principal())
+        budgets.settle(7)  # the router's answer, in the view's own context
+        try:
+            await aenforce_budgets(request, Principal())
+        except BudgetRefused as exc:
+            return str(exc.openai_body()["error"]["code"])
+        return "served"
+
+    assert async_to_sync(view)() == "budget_exceeded"
+    assert budgets.usage([budget])["async-g"].tokens == 7
+    budgets.forget()
