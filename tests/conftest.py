@@ -12,7 +12,7 @@ import pytest
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
-from llm_routing import snapshot
+from llm_routing import budgets, snapshot
 from llm_routing.api.authentication import clear_token_cache
 from llm_routing.errors import ProviderError
 from llm_routing.models import Chain, ChainEntry, Provider
@@ -160,6 +160,7 @@ def _clear_cache() -> Iterator[None]:
     # The test database is rolled back after each test (no signal): forget the snapshot.
     snapshot.clear()
     clear_token_cache()
+    budgets.reset_cache_state()  # budget rows cached per process, outlive a rollback
     yield
     snapshot.clear()
     clear_token_cache()
