@@ -18,11 +18,12 @@ import os
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import replace
 from typing import Any, ClassVar
 
 import httpx
+from asgiref.sync import sync_to_async
 from django.views.decorators.debug import sensitive_variables
 from httpx_sse import EventSource
 from jsonschema.exceptions import best_match
@@ -121,6 +122,51 @@ class BaseProvider(ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release pooled resources (HTTP clients)."""
+
+    # --- async defaults (branch core) -------------------------------------------------
+    # The async driver's calls. Offline adapters (the mock) answer inline; any other
+    # adapter's sync method runs in a worker thread, so the event loop never blocks on
+    # it. HttpProvider overrides both with a real httpx.AsyncClient (branch adapters).
+
+    async def acomplete(
+        self, request: AuditRequest, *, api_key: str | None, timeout: float
+    ) -> ProviderResult:
+        """:meth:`complete`, awaitable; same semantics and exceptions."""
+        if self.result_mode == "mock":
+            return self.complete(request, api_key=api_key, timeout=timeout)
+        call = sync_to_async(self.complete, thread_sensitive=False)
+        return await call(request, api_key=api_key, timeout=timeout)
+
+    async def astream(
+        self, request: AuditRequest, *, api_key: str | None, timeout: float
+    ) -> AsyncIterator[StreamEvent]:
+        """:meth:`stream`, as an async iterator; same events and exceptions. Off the
+        mock, each ``next()`` of the sync stream runs in a worker thread; closing this
+        iterator closes the sync one (which ends the upstream request)."""
+        if self.result_mode == "mock":
+            events = iter(self.stream(request, api_key=api_key, timeout=timeout))
+            try:
+                for event in events:
+                    yield event
+            finally:
+                _close_quietly(events)
+            return
+        opened = await sync_to_async(self._open_stream, thread_sensitive=False)(
+            request, api_key=api_key, timeout=timeout
+        )
+        pull = sync_to_async(_next_or_none, thread_sensitive=False)
+        try:
+            while (pulled := await pull(opened)) is not None:
+                yield pulled
+        finally:
+            await sync_to_async(_close_quietly, thread_sensitive=False)(opened)
+
+    def _open_stream(
+        self, request: AuditRequest, *, api_key: str | None, timeout: float
+    ) -> Iterator[StreamEvent]:
+        return iter(self.stream(request, api_key=api_key, timeout=timeout))
+
+    # --- end of async defaults ----------------------------------------------------------
 
 
 class HttpProvider(BaseProvider):
@@ -476,6 +522,24 @@ def events_of(result: ProviderResult) -> Iterator[StreamEvent]:
         model=result.model,
         tool_calls=result.tool_calls,
     )
+
+
+def _next_or_none(events: Iterator[StreamEvent]) -> StreamEvent | None:
+    """The next event, or None at the end (a StopIteration cannot cross a thread)."""
+    return next(events, None)
+
+
+def _close_quietly(events: Iterator[StreamEvent]) -> None:
+    """Close a sync stream (a generator's ``finally`` ends its upstream request).
+    A stream still being advanced in another thread cannot be closed now; it ends
+    when that ``next()`` returns and the iterator is dropped."""
+    close = getattr(events, "close", None)
+    if close is None:
+        return
+    try:
+        close()
+    except ValueError:  # "generator already executing" (a cancelled worker-thread next)
+        logger.debug("A stream still being read in a worker thread was left to finish.")
 
 
 def _read_limited(response: httpx.Response, deadline: float) -> bytes:
