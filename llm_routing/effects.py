@@ -211,6 +211,9 @@ def run(core: Steps[T], *, sleeper: Sleeper | None = None) -> T:
             value = effect.run(ctx)
         except Exception as err:  # raised into the core at its yield
             exc = err
+        except BaseException:
+            _abandon(core)
+            raise
 
 
 async def arun(core: Steps[T], *, sleeper: AsyncSleeper | None = None) -> T:
@@ -232,6 +235,9 @@ async def arun(core: Steps[T], *, sleeper: AsyncSleeper | None = None) -> T:
             raise
         except Exception as err:
             exc = err
+        except BaseException:
+            _abandon(core)
+            raise
 
 
 def stream(core: Steps[None], *, sleeper: Sleeper | None = None) -> Iterator[Any]:
@@ -257,6 +263,9 @@ def stream(core: Steps[None], *, sleeper: Sleeper | None = None) -> Iterator[Any
             value = effect.run(ctx)
         except Exception as err:
             exc = err
+        except BaseException:
+            _abandon(core)
+            raise
 
 
 async def astream(
@@ -286,6 +295,9 @@ async def astream(
             raise
         except Exception as err:
             exc = err
+        except BaseException:
+            _abandon(core)
+            raise
 
 
 def _unwind(core: Steps[Any], ctx: Context) -> None:
@@ -304,6 +316,23 @@ def _unwind(core: Steps[Any], ctx: Context) -> None:
             value = effect.run(ctx)
         except Exception as err:
             exc = err
+        except BaseException:
+            _abandon(core)
+            raise
+
+
+def _abandon(core: Steps[Any]) -> None:
+    """End a core without running its remaining effects (the driver itself is being
+    torn down): ClientGone at each cleanup yield until the core has stopped, so it is
+    never garbage-collected mid-cleanup."""
+    for _ in range(64):
+        try:
+            core.throw(ClientGone())
+        except (StopIteration, ClientGone):
+            return
+        except Exception:
+            logger.exception("The routing core failed while being abandoned.")
+            return
 
 
 async def _aunwind(core: Steps[Any], ctx: Context) -> None:
@@ -321,3 +350,6 @@ async def _aunwind(core: Steps[Any], ctx: Context) -> None:
             value = await effect.arun(ctx)
         except Exception as err:
             exc = err
+        except BaseException:  # cancelled again while cleaning up: stop here
+            _abandon(core)
+            raise

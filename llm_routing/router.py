@@ -408,6 +408,19 @@ def _off_loop(fn: Callable[..., T]) -> Callable[..., Awaitable[T]]:
 
 
 @dataclass(frozen=True, slots=True)
+class Setup(Effect):
+    """The session's configuration reads (:func:`_setup`) → _Setup."""
+
+    request: AuditRequest
+
+    def run(self, ctx: Context) -> _Setup:
+        return _setup(self.request)
+
+    async def arun(self, ctx: Context) -> _Setup:
+        return await _off_loop(_setup)(self.request)
+
+
+@dataclass(frozen=True, slots=True)
 class Record(Effect):
     """Record the decision and its attempts → None (never raises; spools on a DB error)."""
 
@@ -640,8 +653,10 @@ class _Session:
         return routed
 
 
-def _route(session: _Session, persist: bool) -> Steps[RoutingResult]:
-    """The whole of :func:`route` / :func:`aroute` after the setup."""
+def _route(request: AuditRequest, request_id: str | None, persist: bool) -> Steps[RoutingResult]:
+    """The whole of :func:`route` / :func:`aroute`."""
+    started = time.perf_counter()
+    session = _Session(request, (yield Setup(request)), request_id=request_id, started=started)
     try:
         final, fallback_reason = yield from session.run(session.call)
     except ClientGone:  # cancelled (async driver): the decision is still recorded
@@ -658,9 +673,7 @@ def route(
     persist: bool = True,
 ) -> RoutingResult:
     """Route one request and record it. Never raises on a well-formed request."""
-    started = time.perf_counter()
-    session = _Session(request, _setup(request), request_id=request_id, started=started)
-    return effects.run(_route(session, persist), sleeper=sleeper)
+    return effects.run(_route(request, request_id, persist), sleeper=sleeper)
 
 
 async def aroute(
@@ -672,10 +685,7 @@ async def aroute(
 ) -> RoutingResult:
     """:func:`route` for the event loop (the same walk, driven with awaits);
     ``sleeper`` is an async callable. Cancelled, it still records the decision."""
-    started = time.perf_counter()
-    setup = await _off_loop(_setup)(request)
-    session = _Session(request, setup, request_id=request_id, started=started)
-    return await effects.arun(_route(session, persist), sleeper=sleeper)
+    return await effects.arun(_route(request, request_id, persist), sleeper=sleeper)
 
 
 # --- explain (read-only) --------------------------------------------------------------
@@ -764,14 +774,13 @@ def route_stream(
 
     The commit point is the first chunk handed to the caller: before it, every failure
     may fail over; after it, only the ``continuation`` mode may, and only to a
-    provider that declares prefill support.
+    provider that declares prefill support. Nothing runs before the first ``next()``.
     """
-    started = time.perf_counter()
-    session = _Session(request, _setup(request), request_id=request_id, started=started)
-    yield from effects.stream(_route_stream(session, stream_mode, persist), sleeper=sleeper)
+    core = _route_stream(request, request_id, stream_mode, persist)
+    return effects.stream(core, sleeper=sleeper)
 
 
-async def aroute_stream(
+def aroute_stream(
     request: AuditRequest,
     *,
     request_id: str | None = None,
@@ -779,27 +788,25 @@ async def aroute_stream(
     persist: bool = True,
     stream_mode: str | None = None,
 ) -> AsyncIterator[RouterStreamEvent]:
-    """:func:`route_stream` for the event loop (the same walk, driven with awaits).
-    ``aclose()`` or a cancellation records the decision with the attempt marked
-    ``client_disconnected``, closes the upstream stream and frees a probe slot."""
-    started = time.perf_counter()
-    setup = await _off_loop(_setup)(request)
-    session = _Session(request, setup, request_id=request_id, started=started)
-    events = effects.astream(_route_stream(session, stream_mode, persist), sleeper=sleeper)
-    try:
-        async for event in events:
-            yield event
-    finally:
-        await events.aclose()
+    """:func:`route_stream` for the event loop (the same walk, driven with awaits): an
+    async generator. ``aclose()`` or a cancellation records the decision with the
+    attempt marked ``client_disconnected``, closes the upstream stream and frees a
+    probe slot."""
+    core = _route_stream(request, request_id, stream_mode, persist)
+    return effects.astream(core, sleeper=sleeper)
 
 
 #: A live stream: the driver's opaque handle and the events read before the commit point.
 _Live = tuple[Any, list[StreamEvent]]
 
 
-def _route_stream(session: _Session, stream_mode: str | None, persist: bool) -> Steps[None]:
-    """The whole of :func:`route_stream` / :func:`aroute_stream` after the setup: its
-    events to the caller are ``Emit`` effects."""
+def _route_stream(
+    request: AuditRequest, request_id: str | None, stream_mode: str | None, persist: bool
+) -> Steps[None]:
+    """The whole of :func:`route_stream` / :func:`aroute_stream`: its events to the
+    caller are ``Emit`` effects."""
+    started = time.perf_counter()
+    session = _Session(request, (yield Setup(request)), request_id=request_id, started=started)
     mode = stream_mode or session.plan.stream_mode
     live: dict[str, _Live] = {}
     # Opened streams whose outcome the breaker has not seen yet (settled when they end).

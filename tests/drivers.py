@@ -10,7 +10,8 @@ The database: the async drivers run their two blocking database calls (the sessi
 setup and the decision's record) off the loop, in a worker thread; a worker thread's
 connection cannot see the test's uncommitted transaction, so here they run inline, in
 the test's thread, on the test's connection (``router._off_loop``), with Django's
-async-safety check lifted for that. tests/test_router_async.py runs the real worker-thread path on committed rows.
+async-safety check lifted for that. tests/test_router_async.py runs the real
+worker-thread path on committed rows.
 """
 
 from __future__ import annotations
