@@ -26,7 +26,9 @@ from llm_routing.resilience import breaker
 from llm_routing.router import aroute, aroute_stream
 from llm_routing.types import (
     AuditRequest,
+    ErrorInfo,
     ProviderConfig,
+    ProviderResult,
     RouterStreamEvent,
     StreamChunk,
     StreamDelta,
@@ -34,7 +36,7 @@ from llm_routing.types import (
     StreamEvent,
     StreamResult,
 )
-from tests.breaker_support import FakeClock
+from tests.breaker_support import BrokenCache, FakeClock
 from tests.conftest import ScriptedProvider, upstream_fields
 from tests.fakes.upstream import FakeUpstream, Faults
 
@@ -341,3 +343,87 @@ def test_the_probe_claim_does_not_leak_between_contexts(clock: FakeClock) -> Non
 
     assert contextvars.copy_context().run(asyncio.run, claim())
     assert not breaker.is_probe(config)  # another context never sees the claim
+
+
+# --- the breaker's async cache path -------------------------------------------------------
+
+
+class CountingCache(BrokenCache):
+    """A non-LocMem backend (so the store takes Django's async methods) that counts
+    the calls reaching it."""
+
+    calls: ClassVar[list[str]] = []
+
+    def get(self, key: str, default: Any = None, version: int | None = None) -> Any:
+        CountingCache.calls.append("get")
+        return super().get(key, default, version)
+
+    def add(self, key: str, value: Any, timeout: Any = None, version: int | None = None) -> bool:
+        CountingCache.calls.append("add")
+        return super().add(key, value, timeout, version)
+
+    def set(self, key: str, value: Any, timeout: Any = None, version: int | None = None) -> None:
+        CountingCache.calls.append("set")
+        super().set(key, value, timeout, version)
+
+
+@pytest.fixture
+def counted(monkeypatch: pytest.MonkeyPatch) -> Iterator[type[CountingCache]]:
+    caches_setting = {
+        "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
+        "circuits": {"BACKEND": "tests.test_router_async.CountingCache"},
+    }
+    BrokenCache.broken = False
+    CountingCache._data = {}
+    CountingCache.calls = []
+    monkeypatch.setattr(breaker, "store", breaker.CircuitStore())
+    with override_settings(CACHES=caches_setting, LLM_ROUTING={"CACHE_ALIAS": "circuits"}):
+        yield CountingCache
+    BrokenCache.broken = True
+
+
+CONFIG = ProviderConfig(name="p", kind="openai", model="m", timeout_s=5.0)
+FAILED = ProviderResult(
+    provider="p",
+    model="m",
+    mode="error",
+    status="error",
+    error=ErrorInfo(category="unavailable", message="503", http_status=503, transient=True),
+    upstream_requests=1,
+)
+
+
+def test_a_closed_circuit_costs_one_async_cache_read(counted: type[CountingCache]) -> None:
+    assert asyncio.run(breaker.aallow(CONFIG))
+    assert counted.calls == ["get"]
+
+
+def test_async_failures_open_the_circuit_then_one_probe(
+    counted: type[CountingCache],
+) -> None:
+    policy = breaker.Policy.from_settings()
+
+    async def scenario() -> tuple[bool, bool]:
+        for _ in range(policy.threshold):
+            await breaker.aobserve(CONFIG, FAILED)
+        return await breaker.aallow(CONFIG), breaker.is_probe(CONFIG)
+
+    assert asyncio.run(scenario()) == (False, False)
+    circuit = breaker.store.load("p", "m")
+    assert circuit.state == breaker.OPEN and circuit.failures == policy.threshold
+    assert "set" in counted.calls  # written through the async path to the backend
+
+
+def test_the_async_cache_path_falls_back_to_process_state(
+    counted: type[CountingCache], caplog: pytest.LogCaptureFixture
+) -> None:
+    BrokenCache.broken = True
+
+    async def scenario() -> bool:
+        for _ in range(breaker.Policy.from_settings().threshold):
+            await breaker.aobserve(CONFIG, FAILED)
+        return await breaker.aallow(CONFIG)
+
+    assert asyncio.run(scenario()) is False  # opened in process-local state
+    assert breaker.store.degraded
+    assert "s3cret" not in caplog.text  # the cache's location never logged
