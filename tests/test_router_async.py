@@ -211,6 +211,7 @@ class ClosingProvider(ScriptedProvider):
         self, request: AuditRequest, *, api_key: str | None, timeout: float
     ) -> Iterator[StreamEvent]:
         cls = type(self)
+        closed = cls.closed  # this test's list, even if the stream is closed later
         try:
             for step in cls.script:
                 cls.threads.add(threading.get_ident())
@@ -222,7 +223,7 @@ class ClosingProvider(ScriptedProvider):
                 else:
                     yield StreamDelta(step)
         finally:
-            cls.closed.append(self.config.name)
+            closed.append(self.config.name)
 
 
 @pytest.fixture
@@ -376,7 +377,7 @@ def counted(monkeypatch: pytest.MonkeyPatch) -> Iterator[type[CountingCache]]:
     BrokenCache.broken = False
     CountingCache._data = {}
     CountingCache.calls = []
-    monkeypatch.setattr(breaker, "store", breaker.CircuitStore())
+    monkeypatch.setattr(breaker, "store", breaker.CircuitStore(clock=FakeClock()))
     with override_settings(CACHES=caches_setting, LLM_ROUTING={"CACHE_ALIAS": "circuits"}):
         yield CountingCache
     BrokenCache.broken = True
@@ -396,6 +397,26 @@ FAILED = ProviderResult(
 def test_a_closed_circuit_costs_one_async_cache_read(counted: type[CountingCache]) -> None:
     assert asyncio.run(breaker.aallow(CONFIG))
     assert counted.calls == ["get"]
+
+
+def test_a_healthy_call_costs_one_cache_read(counted: type[CountingCache]) -> None:
+    """allow reads the circuit; the success after it, on a circuit that was clean with a
+    success written moments ago, needs neither a second read nor a write."""
+    ok = ProviderResult(provider="p", model="m", mode="live", status="ok", upstream_requests=1)
+
+    async def call() -> None:
+        assert await breaker.aallow(CONFIG)
+        await breaker.aobserve(CONFIG, ok)
+
+    asyncio.run(call())  # the first success is written
+    assert counted.calls == ["get", "get", "set"]
+    counted.calls.clear()
+    asyncio.run(call())
+    assert counted.calls == ["get"]
+    breaker.store.clock.advance(breaker.SUCCESS_WRITE_INTERVAL_S)  # type: ignore[attr-defined]
+    counted.calls.clear()
+    asyncio.run(call())  # then at most one write per interval
+    assert counted.calls == ["get", "get", "set"]
 
 
 def test_async_failures_open_the_circuit_then_one_probe(

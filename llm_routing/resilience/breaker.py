@@ -334,6 +334,18 @@ def on_failure(
     return seen
 
 
+def _fresh_success(circuit: Circuit, now: float) -> bool:
+    """A clean, closed circuit whose last success was written moments ago: another
+    success changes nothing worth a write (:data:`SUCCESS_WRITE_INTERVAL_S`)."""
+    return (
+        circuit.state == CLOSED
+        and circuit.failures == 0
+        and circuit.level == 0
+        and circuit.last_success_at is not None
+        and 0 <= now - circuit.last_success_at < SUCCESS_WRITE_INTERVAL_S
+    )
+
+
 # --- storage -------------------------------------------------------------------------------
 
 
@@ -386,6 +398,20 @@ class _LocalCache:
 _probing: contextvars.ContextVar[Mapping[str, str]] = contextvars.ContextVar(
     "llm_routing_breaker_probing", default=MappingProxyType({})
 )
+
+
+#: Circuits this context found closed in :meth:`CircuitStore.allow`: circuit key -> the
+#: circuit as read. A success observed on a circuit that was clean then needs no read.
+_seen: contextvars.ContextVar[Mapping[str, Circuit]] = contextvars.ContextVar(
+    "llm_routing_breaker_seen", default=MappingProxyType({})
+)
+
+
+def _remember(key: str, circuit: Circuit | None) -> None:
+    seen = {k: v for k, v in _seen.get().items() if k != key}
+    if circuit is not None:
+        seen[key] = circuit
+    _seen.set(seen)
 
 
 def _holding(key: str, token: str | None) -> None:
@@ -536,6 +562,7 @@ class CircuitStore:
         if key in _probing.get():  # a claim left over by a call that never reported
             _holding(key, None)
         if phase == CLOSED:
+            _remember(key, circuit)
             return True
         if phase == OPEN:
             return False
@@ -623,15 +650,14 @@ class CircuitStore:
         policy = Policy.from_settings()
         now = self.clock()
         key = _key(config.name, config.model)
+        seen = _seen.get().get(key)
+        if seen is not None:
+            _remember(key, None)
+            if result.ok and _fresh_success(seen, now):
+                return  # the hot path: one cache read per call (allow's)
         before = Circuit.from_record(config.name, config.model, (yield ("get", key)))
         if result.ok:
-            if (
-                before.state == CLOSED
-                and before.failures == 0
-                and before.level == 0
-                and before.last_success_at is not None
-                and 0 <= now - before.last_success_at < SUCCESS_WRITE_INTERVAL_S
-            ):
+            if _fresh_success(before, now):
                 return
             after = on_success(before, now, policy)
         else:
