@@ -397,14 +397,11 @@ def _setup(request: AuditRequest) -> _Setup:
     return _Setup(plan=plan, rows=rows, denied=_denied(plan, request))
 
 
-#: Whether the async drivers' blocking database calls (``_setup``, ``Record``) run in
-#: the caller's thread (True; tests, whose transaction lives there) or in a worker
-#: thread (False: they never block the event loop).
-DB_THREAD_SENSITIVE = False
-
-
 def _off_loop(fn: Callable[..., T]) -> Callable[..., Awaitable[T]]:
-    return sync_to_async(fn, thread_sensitive=DB_THREAD_SENSITIVE)
+    """How the async drivers run their blocking database calls (``_setup``, ``Record``):
+    in a worker thread, never on the event loop. (tests/drivers.py runs them in the
+    test's thread instead, where its transaction lives.)"""
+    return sync_to_async(fn, thread_sensitive=False)
 
 
 @dataclass(frozen=True, slots=True)

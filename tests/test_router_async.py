@@ -23,7 +23,7 @@ from django.test import override_settings
 from llm_routing.models import Attempt, Chain, ChainEntry, Provider, RoutingDecision
 from llm_routing.providers import registry
 from llm_routing.resilience import breaker
-from llm_routing.router import aroute, aroute_stream
+from llm_routing.router import aroute, aroute_stream, route_stream
 from llm_routing.types import (
     AuditRequest,
     ErrorInfo,
@@ -448,3 +448,14 @@ def test_the_async_cache_path_falls_back_to_process_state(
     assert asyncio.run(scenario()) is False  # opened in process-local state
     assert breaker.store.degraded
     assert "s3cret" not in caplog.text  # the cache's location never logged
+
+
+def test_closing_the_sync_stream_closes_upstream_too(closing: type[ClosingProvider]) -> None:
+    """The sync driver's disconnect, on the same core: GeneratorExit → ClientGone."""
+    request_id = str(uuid.uuid4())
+    events = route_stream(STREAM, request_id=request_id)
+    first = next(events)
+    assert isinstance(first, StreamChunk) and closing.closed == []
+    events.close()  # type: ignore[attr-defined]
+    assert closing.closed == ["cl"]
+    _disconnect_recorded(request_id)
