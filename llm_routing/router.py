@@ -29,6 +29,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 from asgiref.sync import sync_to_async
+from django.db import close_old_connections
 
 from . import effects
 from .access import denied_candidates
@@ -400,8 +401,17 @@ def _setup(request: AuditRequest) -> _Setup:
 def _off_loop(fn: Callable[..., T]) -> Callable[..., Awaitable[T]]:
     """How the async drivers run their blocking database calls (``_setup``, ``Record``):
     in a worker thread, never on the event loop. (tests/drivers.py runs them in the
-    test's thread instead, where its transaction lives.)"""
-    return sync_to_async(fn, thread_sensitive=False)
+    test's thread instead, where its transaction lives.) The worker's database
+    connection is then handled as at the end of a request (``CONN_MAX_AGE``), so
+    worker threads do not pile up open connections."""
+
+    def in_worker(*args: Any, **kwargs: Any) -> T:
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            close_old_connections()
+
+    return sync_to_async(in_worker, thread_sensitive=False)
 
 
 @dataclass(frozen=True, slots=True)
