@@ -295,6 +295,9 @@ def test_a_stream_cancelled_while_waiting_upstream_records_the_disconnect(
         closing.release.set()  # the worker thread still in next() may finish now
 
     asyncio.run(cancel_it())
+    # The worker thread's next() could not be interrupted; the stream is closed once it
+    # returns (asyncio.run waits for the worker threads).
+    assert closing.closed == ["cl"]
     _disconnect_recorded(request_id)
 
 

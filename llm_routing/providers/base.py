@@ -154,17 +154,17 @@ class BaseProvider(ABC):
         opened = await sync_to_async(self._open_stream, thread_sensitive=False)(
             request, api_key=api_key, timeout=timeout
         )
-        pull = sync_to_async(_next_or_none, thread_sensitive=False)
+        pull = sync_to_async(opened.pull, thread_sensitive=False)
         try:
-            while (pulled := await pull(opened)) is not None:
+            while (pulled := await pull()) is not None:
                 yield pulled
         finally:
-            await sync_to_async(_close_quietly, thread_sensitive=False)(opened)
+            await sync_to_async(opened.close, thread_sensitive=False)()
 
     def _open_stream(
         self, request: AuditRequest, *, api_key: str | None, timeout: float
-    ) -> Iterator[StreamEvent]:
-        return iter(self.stream(request, api_key=api_key, timeout=timeout))
+    ) -> _ThreadedStream:
+        return _ThreadedStream(iter(self.stream(request, api_key=api_key, timeout=timeout)))
 
     # --- end of async defaults ----------------------------------------------------------
 
@@ -524,22 +524,47 @@ def events_of(result: ProviderResult) -> Iterator[StreamEvent]:
     )
 
 
-def _next_or_none(events: Iterator[StreamEvent]) -> StreamEvent | None:
-    """The next event, or None at the end (a StopIteration cannot cross a thread)."""
-    return next(events, None)
+class _ThreadedStream:
+    """A sync stream read from worker threads (BaseProvider's default ``astream``).
+    Closed while a ``next()`` is still running in its thread (the reader was
+    cancelled), it is closed as soon as that ``next()`` returns."""
+
+    def __init__(self, events: Iterator[StreamEvent]) -> None:
+        self.events = events
+        self._lock = threading.Lock()
+        self._busy = False
+        self._close_after = False
+
+    def pull(self) -> StreamEvent | None:
+        """The next event, or None at the end (a StopIteration cannot cross a thread)."""
+        with self._lock:
+            self._busy = True
+        try:
+            return next(self.events, None)
+        finally:
+            with self._lock:
+                self._busy = False
+                close = self._close_after
+            if close:
+                _close_quietly(self.events)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._busy:
+                self._close_after = True
+                return
+        _close_quietly(self.events)
 
 
 def _close_quietly(events: Iterator[StreamEvent]) -> None:
-    """Close a sync stream (a generator's ``finally`` ends its upstream request).
-    A stream still being advanced in another thread cannot be closed now; it ends
-    when that ``next()`` returns and the iterator is dropped."""
+    """Close a sync stream (a generator's ``finally`` ends its upstream request)."""
     close = getattr(events, "close", None)
     if close is None:
         return
     try:
         close()
-    except ValueError:  # "generator already executing" (a cancelled worker-thread next)
-        logger.debug("A stream still being read in a worker thread was left to finish.")
+    except Exception as exc:  # a closing error must not mask the outcome
+        logger.warning("Closing a stream failed (%s).", type(exc).__name__)
 
 
 def _read_limited(response: httpx.Response, deadline: float) -> bytes:
