@@ -167,6 +167,28 @@ def test_a_deadline_cut_aroute_is_budget_exhausted(fake_upstream: FakeUpstream) 
     assert routed.result.provider == "mock"
 
 
+def test_a_cancelled_aroute_still_records_its_decision(fake_upstream: FakeUpstream) -> None:
+    chain_of(upstream_row("oc", "openai_compatible", fake_upstream, max_retries=0))
+    fake_upstream.script("openai", Faults.slow(1.0))
+    request_id = str(uuid.uuid4())
+
+    async def cancel_it() -> None:
+        task = asyncio.create_task(aroute(REQUEST, request_id=request_id))
+        while not fake_upstream.requests:  # the call is in flight
+            await asyncio.sleep(0.01)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(cancel_it())
+    decision = RoutingDecision.objects.get(request_id=request_id)
+    assert decision.status == "error"
+    row = Attempt.objects.get(decision=decision)
+    assert (row.provider, row.error_category) == ("oc", "client_disconnected")
+    circuit = breaker.store.load("oc", "openai_compatible-model")
+    assert circuit.failures == 0 and circuit.last_error_category is None
+
+
 # --- streams ------------------------------------------------------------------------------
 
 
