@@ -31,6 +31,7 @@ from llm_routing.types import (
     StreamToolCallDelta,
     Usage,
 )
+from tests import drivers
 from tests.breaker_support import FakeClock
 from tests.fakes.upstream import FakeUpstream
 
@@ -131,6 +132,15 @@ def make_chain(name: str, providers: list[Provider], *, is_default: bool = False
     for position, provider in enumerate(providers):
         ChainEntry.objects.create(chain=chain, provider=provider, position=position)
     return chain
+
+
+@pytest.fixture(params=drivers.DRIVERS)
+def driver(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Runs the test once per router driver: a module opting in with
+    ``pytest.mark.usefixtures("driver")`` calls ``route`` / ``route_stream`` through
+    ``aroute`` / ``aroute_stream`` in its "async" run (tests/drivers.py)."""
+    drivers.use(request.param, request.module, monkeypatch)
+    return str(request.param)
 
 
 @pytest.fixture
