@@ -24,7 +24,7 @@ from typing import Any
 from django.db import DatabaseError, IntegrityError, models, transaction
 from django.utils import timezone
 
-from . import spool
+from . import pricing, spool
 from .models import Attempt, RoutingDecision
 from .types import AuditRequest, RoutingResult
 
@@ -61,6 +61,7 @@ def fit(model: type[models.Model], values: dict[str, Any]) -> dict[str, Any]:
 def decision_rows(request: AuditRequest, routed: RoutingResult) -> dict[str, Any]:
     """The decision and its attempts as plain JSON values (no input, no output)."""
     meta = routed.metadata
+    cost = pricing.costs(routed)
     return {
         "decision": {
             "request_id": str(routed.request_id),
@@ -78,6 +79,7 @@ def decision_rows(request: AuditRequest, routed: RoutingResult) -> dict[str, Any
             "input_length": request.input_length,
             "input_sha256": request.input_sha256,
             "total_latency_ms": routed.total_latency_ms,
+            "cost_usd": pricing.format_usd(cost.total),
             "created_at": timezone.now().isoformat(),
         },
         "attempts": [
@@ -94,8 +96,9 @@ def decision_rows(request: AuditRequest, routed: RoutingResult) -> dict[str, Any
                 "latency_ms": a.latency_ms,
                 "served": a.served,
                 "partial": a.partial,
+                "cost_usd": pricing.format_usd(c),
             }
-            for a in meta.attempts
+            for a, c in zip(meta.attempts, cost.attempts, strict=True)
         ],
     }
 

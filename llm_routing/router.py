@@ -43,7 +43,13 @@ from .resilience import breaker
 from .resilience.budget import Budget
 from .resilience.retry import Invoke, call_with_retries, deadline_caused
 from .sanitize import KeyGuard, redacted, sanitized, scrub_error
-from .signals import after_provider_result, before_provider_call, on_provider_fallback, send
+from .signals import (
+    after_provider_result,
+    before_provider_call,
+    on_provider_fallback,
+    request_routed,
+    send,
+)
 from .types import (
     CAPABILITIES,
     MOCK_PROVIDER_NAME,
@@ -295,6 +301,7 @@ def _attempt_record(result: ProviderResult, *, served: bool) -> dict[str, object
         "retries": result.retries,
         "latency_ms": result.latency_ms,
         "served": served,
+        "usage": result.usage,
     }
 
 
@@ -536,6 +543,7 @@ class _Session:
             final.status,
             fallback_reason,
         )
+        send(request_routed, request_id=self.request_id, request=self.request, routed=routed)
         return routed
 
 

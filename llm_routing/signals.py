@@ -4,8 +4,12 @@
 - ``after_provider_result(sender, request_id, provider, result)`` (a ProviderResult)
 - ``on_provider_fallback(sender, request_id, provider, reason)`` — a candidate was
   skipped or failed and the router moves on.
+- ``request_routed(sender, request_id, request, routed)`` — once per routed request
+  (streams included, when they end), with the AuditRequest and the RoutingResult;
+  metrics, traces and cost read it (docs/observability.md). A receiver must not read
+  ``request``'s input text into anything it keeps.
 
-Receivers never get the raw input or a key.
+Receivers never get a key; only ``request_routed`` carries the request itself.
 """
 
 from __future__ import annotations
@@ -15,13 +19,20 @@ from typing import Any
 
 from django.dispatch import Signal
 
-__all__ = ["after_provider_result", "before_provider_call", "on_provider_fallback", "send"]
+__all__ = [
+    "after_provider_result",
+    "before_provider_call",
+    "on_provider_fallback",
+    "request_routed",
+    "send",
+]
 
 logger = logging.getLogger("llm_routing.signals")
 
 before_provider_call = Signal()
 after_provider_result = Signal()
 on_provider_fallback = Signal()
+request_routed = Signal()
 
 
 def send(signal: Signal, **kwargs: Any) -> None:

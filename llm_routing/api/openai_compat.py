@@ -29,6 +29,7 @@ from rest_framework import exceptions, serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from .. import pricing
 from ..access import allowed_chains, principal_for, provider_allowed
 from ..conf import routing_settings
 from ..models import Chain, Provider, RoutingRule
@@ -274,6 +275,11 @@ class _CompletionUsageSerializer(serializers.Serializer):
     prompt_tokens = serializers.IntegerField()
     completion_tokens = serializers.IntegerField()
     total_tokens = serializers.IntegerField()
+    cost_usd = serializers.FloatField(
+        allow_null=True,
+        help_text="Extension: USD for every attempt of this request (failed ones that "
+        "consumed tokens included); null when a price is unknown.",
+    )
 
 
 class ChatCompletionSerializer(serializers.Serializer):
@@ -427,12 +433,15 @@ def _message(result: ProviderResult) -> dict[str, Any]:
     return message
 
 
-def _usage(routed: RoutingResult) -> dict[str, int]:
+def _usage(routed: RoutingResult) -> dict[str, Any]:
+    """OpenAI's usage object plus the extension ``cost_usd`` (every attempt's cost, the
+    failed ones included; null when a price is unknown)."""
     usage = routed.result.usage
     return {
         "prompt_tokens": usage.input_tokens,
         "completion_tokens": usage.output_tokens,
         "total_tokens": usage.input_tokens + usage.output_tokens,
+        "cost_usd": pricing.total_usd(routed),
     }
 
 

@@ -12,6 +12,7 @@ from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from .. import pricing
 from ..models import Provider
 from ..resilience import breaker
 from ..router import route_stream
@@ -49,7 +50,7 @@ class AuditView(RoutingAPIView):
                 response[name] = value
             return response
         routed = execute(audit_request)
-        return Response(routed.to_dict(), headers={"X-Request-ID": routed.request_id})
+        return Response(pricing.envelope(routed), headers={"X-Request-ID": routed.request_id})
 
 
 def _audit_events(audit_request: AuditRequest) -> Iterator[bytes]:
@@ -61,7 +62,7 @@ def _audit_events(audit_request: AuditRequest) -> Iterator[bytes]:
                 chunk["tool_call"] = event.tool_call.to_dict()
             yield sse(chunk, event="chunk")
         elif isinstance(event, StreamResult):
-            yield sse(event.routed.to_dict(), event="result")
+            yield sse(pricing.envelope(event.routed), event="result")
         elif isinstance(event, StreamFailure):
             yield sse(
                 {

@@ -24,7 +24,7 @@ from ..conf import routing_settings
 from ..errors import BudgetExhaustedError, ProviderError, ProviderTimeoutError, ResponseError
 from ..logging import known_key_values
 from ..providers.base import BaseProvider, read_api_key
-from ..types import AuditRequest, ProviderResult
+from ..types import AuditRequest, ProviderResult, Usage
 from .budget import MIN_ATTEMPT_S, Budget
 
 __all__ = ["backoff_delay", "call_with_retries", "deadline_caused", "error_result"]
@@ -57,6 +57,7 @@ def error_result(
         mode="error",
         status="error",
         error=exc.to_info(secrets=secrets),
+        usage=exc.usage or Usage(),
         latency_ms=latency_ms,
         retries=retries,
         upstream_requests=upstream_requests,

@@ -1,0 +1,240 @@
+"""Cost per attempt, in USD (docs/observability.md).
+
+An attempt's cost is its reported tokens times its provider's price:
+
+- a provider row with ``input_price_per_mtok`` and ``output_price_per_mtok`` set uses
+  them (self-hosted or negotiated prices; USD per million tokens);
+- otherwise the `genai-prices` package's bundled price data (pinned, read offline —
+  its auto-update is never started) for the row's vendor: ``openai`` → ``openai``,
+  ``anthropic`` → ``anthropic``, ``gemini`` → ``google``, ``openai_compatible`` →
+  found by the row's ``base_url``. The model looked up is the one the vendor reported,
+  then the row's configured model;
+- the offline mock costs nothing.
+
+An attempt that reported no tokens costs 0 (nothing was consumed); a price that cannot
+be found is ``None`` — never a guess. A failed attempt that consumed tokens is charged.
+A skipped candidate has no cost. A request's cost is the sum of its attempts' costs,
+``None`` when any attempted cost is unknown.
+
+The served attempt's tokens are the result's usage (for a stream, the final event's);
+the other attempts' are :attr:`AttemptRecord.usage`.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Iterable
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+import genai_prices
+
+from .types import MOCK_PROVIDER_NAME, AttemptRecord, RoutingResult, Usage
+
+__all__ = [
+    "VENDOR_PRICE_IDS",
+    "Costs",
+    "PriceSource",
+    "attempt_cost",
+    "costs",
+    "envelope",
+    "forget",
+    "format_usd",
+    "price",
+    "sources",
+    "total_usd",
+]
+
+logger = logging.getLogger("llm_routing.pricing")
+
+#: Provider kind → the price package's provider id (openai_compatible: by base_url).
+VENDOR_PRICE_IDS = {"openai": "openai", "anthropic": "anthropic", "gemini": "google"}
+
+MTOK = Decimal(1_000_000)
+#: Seconds a provider row's price facts are reused (a save in this process clears them).
+SOURCE_TTL_S = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class PriceSource:
+    """What pricing needs to know of one provider row."""
+
+    kind: str
+    model: str = ""
+    base_url: str = ""
+    input_per_mtok: Decimal | None = None
+    output_per_mtok: Decimal | None = None
+    offline: bool = False
+
+    @property
+    def overridden(self) -> bool:
+        return self.input_per_mtok is not None and self.output_per_mtok is not None
+
+
+@dataclass(frozen=True, slots=True)
+class Costs:
+    """A routed request's costs: one per attempt (None for a skip or an unknown price)
+    and the request's total."""
+
+    attempts: tuple[Decimal | None, ...]
+    total: Decimal | None
+
+
+def price(source: PriceSource, model: str, usage: Usage) -> Decimal | None:
+    """USD for ``usage`` on ``source`` (``model`` is the reported model), or None."""
+    if source.offline:
+        return Decimal(0)
+    if usage.input_tokens == 0 and usage.output_tokens == 0:
+        return Decimal(0)
+    if source.overridden:
+        assert source.input_per_mtok is not None and source.output_per_mtok is not None
+        return (
+            usage.input_tokens * source.input_per_mtok
+            + usage.output_tokens * source.output_per_mtok
+        ) / MTOK
+    return _package_price(source, model, usage)
+
+
+def _package_price(source: PriceSource, model: str, usage: Usage) -> Decimal | None:
+    where: dict[str, Any]
+    if source.kind in VENDOR_PRICE_IDS:
+        where = {"provider_id": VENDOR_PRICE_IDS[source.kind]}
+    elif source.kind == "openai_compatible" and source.base_url:
+        where = {"provider_api_url": source.base_url}
+    else:
+        return None
+    tokens = genai_prices.Usage(input_tokens=usage.input_tokens, output_tokens=usage.output_tokens)
+    for ref in dict.fromkeys(m for m in (model, source.model) if m):
+        try:
+            found = genai_prices.calc_price(tokens, ref, **where)
+        except LookupError:
+            continue
+        return Decimal(found.total_price)
+    return None
+
+
+# --- provider rows ---------------------------------------------------------------------
+
+_sources: dict[str, tuple[float, PriceSource | None]] = {}
+_sources_lock = threading.Lock()
+
+
+def forget(*_args: object, **_kwargs: object) -> None:
+    """Drop the cached price facts (connected to Provider saves and deletes)."""
+    with _sources_lock:
+        _sources.clear()
+
+
+def sources(names: Iterable[str]) -> dict[str, PriceSource | None]:
+    """Price facts of the named provider rows (None: no such row), cached briefly."""
+    from .models import Provider
+
+    wanted = set(names)
+    now = time.monotonic()
+    with _sources_lock:
+        fresh = {n: e[1] for n in wanted if (e := _sources.get(n)) and now - e[0] < SOURCE_TTL_S}
+    missing = wanted - fresh.keys()
+    if missing:
+        try:
+            rows = {r.name: r for r in Provider.objects.filter(name__in=missing)}
+        except Exception as exc:  # database down, or called inside an event loop
+            logger.debug("Provider prices unavailable (%s)", type(exc).__name__)
+            return {**fresh, **dict.fromkeys(missing)}
+        loaded = {name: _source_of(rows.get(name), name) for name in missing}
+        with _sources_lock:
+            _sources.update({n: (now, s) for n, s in loaded.items()})
+        fresh.update(loaded)
+    return fresh
+
+
+def _source_of(row: Any, name: str) -> PriceSource | None:
+    if row is None:
+        return PriceSource(kind="mock", offline=True) if name == MOCK_PROVIDER_NAME else None
+    return PriceSource(
+        kind=row.kind,
+        model=row.model,
+        base_url=row.base_url,
+        input_per_mtok=row.input_price_per_mtok,
+        output_per_mtok=row.output_price_per_mtok,
+        offline=row.effective_mode == "mock",
+    )
+
+
+# --- a routed request ------------------------------------------------------------------
+
+_memo: OrderedDict[tuple[str, float], Costs] = OrderedDict()
+_memo_lock = threading.Lock()
+_MEMO_SIZE = 512
+
+
+def attempt_cost(
+    attempt: AttemptRecord, routed: RoutingResult, source: PriceSource | None
+) -> Decimal | None:
+    """One attempt's cost (None for a skip, an unknown provider or an unknown price)."""
+    if attempt.outcome == "skipped" or source is None:
+        return None
+    usage = routed.result.usage if attempt.served else attempt.usage
+    if usage is None:
+        # Not reported (a stream cut mid-way): tokens were consumed, count unknown.
+        return None if attempt.partial else Decimal(0)
+    return price(source, attempt.model, usage)
+
+
+def costs(routed: RoutingResult) -> Costs:
+    """The request's costs; computed once per routed request (the recorder, the
+    metrics and the API share it)."""
+    key = (routed.request_id, routed.total_latency_ms)
+    with _memo_lock:
+        if (hit := _memo.get(key)) is not None:
+            return hit
+    attempts = routed.metadata.attempts
+    found = sources({a.provider for a in attempts if a.outcome != "skipped"})
+    each = tuple(attempt_cost(a, routed, found.get(a.provider)) for a in attempts)
+    charged = [c for a, c in zip(attempts, each, strict=True) if a.outcome != "skipped"]
+    known = [c for c in charged if c is not None]
+    total = sum(known, Decimal(0)) if len(known) == len(charged) else None
+    out = Costs(attempts=each, total=total)
+    with _memo_lock:
+        _memo[key] = out
+        while len(_memo) > _MEMO_SIZE:
+            _memo.popitem(last=False)
+    return out
+
+
+def format_usd(value: Decimal | None) -> str | None:
+    """A cost as JSON carries it: a decimal string (exact), or None."""
+    return None if value is None else format(value.normalize(), "f")
+
+
+def _number(value: Decimal | None) -> float | None:
+    return None if value is None else float(value)
+
+
+def envelope(routed: RoutingResult) -> dict[str, Any]:
+    """``routed.to_dict()`` with ``cost_usd`` (a JSON number, or null when unknown) in
+    ``routing_metadata`` / ``diagnostics`` and on each listed attempt — the shape of
+    ``POST /audit/``'s answer, its stream's ``result`` event and a job's result."""
+    body = routed.to_dict()
+    cost = costs(routed)
+    attempted = [
+        c
+        for a, c in zip(routed.metadata.attempts, cost.attempts, strict=True)
+        if a.outcome != "skipped"
+    ]
+    for key in ("routing_metadata", "diagnostics"):
+        meta = dict(body[key])
+        meta["cost_usd"] = _number(cost.total)
+        meta["attempts"] = [
+            {**a, "cost_usd": _number(c)} for a, c in zip(meta["attempts"], attempted, strict=True)
+        ]
+        body[key] = meta
+    return body
+
+
+def total_usd(routed: RoutingResult) -> float | None:
+    """The request's cost as a JSON number (``/v1``'s ``usage.cost_usd``), or None."""
+    return _number(costs(routed).total)
