@@ -12,8 +12,9 @@ text.
 
 Multiprocess mode: when ``PROMETHEUS_MULTIPROC_DIR`` is set (before the process
 starts), each worker writes its values to files in that directory and a scrape adds
-them up; the gunicorn ``child_exit`` hook must call :func:`mark_process_dead`
-(the demo's ``gunicorn.conf.py`` does).
+them up; gunicorn's ``child_exit`` hook must call
+``prometheus_client.multiprocess.mark_process_dead(worker.pid)`` (the demo's
+``gunicorn.conf.py`` does).
 """
 
 from __future__ import annotations
@@ -37,7 +38,6 @@ __all__ = [
     "SKIP_REASONS",
     "CircuitCollector",
     "exposition",
-    "mark_process_dead",
     "observe",
 ]
 
@@ -293,11 +293,3 @@ def exposition() -> tuple[bytes, str]:
         registry.register(CircuitCollector())
         return generate_latest(registry), CONTENT_TYPE_LATEST
     return generate_latest(REGISTRY), CONTENT_TYPE_LATEST
-
-
-def mark_process_dead(pid: int) -> None:
-    """For gunicorn's ``child_exit`` hook in multiprocess mode (a no-op otherwise)."""
-    if MULTIPROCESS:
-        from prometheus_client import multiprocess
-
-        multiprocess.mark_process_dead(pid)

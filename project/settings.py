@@ -46,6 +46,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # First: every later log line of the request carries its id (docs/observability.md).
+    "llm_routing.middleware.RequestIdMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -136,6 +138,8 @@ LLM_ROUTING = {
     "RETENTION_BATCH_SIZE": env.int("LLM_ROUTING_RETENTION_BATCH_SIZE", default=1000),
     # Decisions the database refuses are kept here until llm_routing_spool_flush.
     "SPOOL_DIR": env.str("LLM_ROUTING_SPOOL_DIR", default="") or None,
+    # GET /metrics answers only this bearer token; unset: /metrics is 404.
+    "METRICS_TOKEN": env.str("LLM_ROUTING_METRICS_TOKEN", default="") or None,
     "API_THROTTLE_RATES": {
         "user": env.str("LLM_ROUTING_USER_RATE", default="120/min"),
         "anon": env.str("LLM_ROUTING_ANON_RATE", default="10/min"),
@@ -185,15 +189,32 @@ CSRF_COOKIE_SECURE = env.bool("CSRF_COOKIE_SECURE", default=False)
 if env.bool("USE_X_FORWARDED_PROTO", default=False):
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 
+# Every line carries the id of the request it was written for (request_id; "-" outside
+# one). LOG_FORMAT=json writes one JSON object per line for log shippers. Every 5xx is
+# logged by django.request with its traceback, DEBUG on or off (docs/observability.md).
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "filters": {
+        "request_id": {"()": "llm_routing.logging.RequestIdFilter"},
+        "redact_keys": {"()": "llm_routing.logging.RedactKeysFilter"},
+    },
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s [%(request_id)s] %(message)s"},
+        "json": {"()": "llm_routing.logging.JsonFormatter"},
+    },
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "formatter": "json" if env.str("LOG_FORMAT", default="plain") == "json" else "plain",
+            "filters": ["request_id", "redact_keys"],
+        }
+    },
     "loggers": {
         "llm_routing": {
             "handlers": ["console"],
             "level": env.str("LLM_ROUTING_LOG_LEVEL", default="INFO"),
         },
+        "django.request": {"handlers": ["console"], "level": "ERROR", "propagate": False},
     },
 }

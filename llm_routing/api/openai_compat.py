@@ -32,6 +32,7 @@ from rest_framework.response import Response
 from .. import pricing
 from ..access import allowed_chains, principal_for, provider_allowed
 from ..conf import routing_settings
+from ..logging import current_request_id
 from ..models import Chain, Provider, RoutingRule
 from ..router import route_stream
 from ..service import execute
@@ -472,7 +473,7 @@ class ChatCompletionsView(OpenAIErrorsMixin, RoutingAPIView):
         opts = serializer.validated_data.get("stream_options") or {}
         if audit_request.stream:
             return self._stream(audit_request, include_usage=bool(opts.get("include_usage")))
-        routed = execute(audit_request)
+        routed = execute(audit_request, request_id=current_request_id())
         if routed.result.status != "ok":
             return _error_response(routed)
         result = routed.result
@@ -499,7 +500,7 @@ class ChatCompletionsView(OpenAIErrorsMixin, RoutingAPIView):
     def _stream(
         self, audit_request: AuditRequest, *, include_usage: bool
     ) -> Response | StreamingHttpResponse:
-        request_id = str(uuid.uuid4())
+        request_id = current_request_id() or str(uuid.uuid4())
         events = route_stream(audit_request, request_id=request_id)
         first = next(events)
         if isinstance(first, StreamResult) and first.routed.result.status != "ok":
