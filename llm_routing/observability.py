@@ -23,4 +23,7 @@ def _metrics(sender: Any, *, request: AuditRequest, routed: RoutingResult, **_: 
 
 
 def connect() -> None:
+    from . import tracing
+
     request_routed.connect(_metrics, dispatch_uid="llm_routing.metrics")
+    tracing.connect()
