@@ -73,6 +73,8 @@ SKIP_REASONS = frozenset(
 )
 FALLBACK_REASONS = ERROR_CATEGORIES | SKIP_REASONS | {"no_chain", "continuation"}
 OUTCOMES = frozenset({"ok", "fallback", "error"})
+#: Skips decided before the row was looked up: the name may be any caller's text.
+UNCHECKED_SKIPS = frozenset({"not_allowed", "unknown_provider"})
 OTHER = "other"
 
 #: Seconds; LLM calls run from tens of milliseconds to minutes (OTel's GenAI advice).
@@ -205,7 +207,11 @@ def observe(request: AuditRequest, routed: RoutingResult) -> None:
     earlier_ms = 0.0
     for attempt, cost in zip(meta.attempts, costs.attempts, strict=True):
         source = sources.get(attempt.provider)
-        provider = attempt.provider if source is not None else OTHER
+        # An attempted candidate or a skip other than these had a row (or is the mock).
+        known = source is not None or (
+            attempt.outcome != "skipped" or attempt.reason not in UNCHECKED_SKIPS
+        )
+        provider = attempt.provider if known else OTHER
         model = source.model if source is not None else ""
         if attempt.outcome == "skipped":
             SKIPS.labels(provider, _bounded(attempt.reason, SKIP_REASONS) or OTHER).inc()

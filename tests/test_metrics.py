@@ -212,3 +212,40 @@ def test_scripted_walk_gives_exact_values(
         k[0] == "llm_routing_circuit_state" and ("provider", "dis") in k[1] for k in after
     )
     assert one > Decimal(0)
+
+
+def test_the_grafana_dashboard_uses_only_these_metrics() -> None:
+    import json
+    import re
+    from pathlib import Path
+
+    from llm_routing import metrics
+
+    families = {m.name for m in metrics.REGISTRY.collect()}
+    path = Path(__file__).resolve().parent.parent / "docs" / "grafana-dashboard.json"
+    dashboard = json.loads(path.read_text())
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
+    used = {
+        re.sub(r"_(bucket|sum|count|total)$", "", name)
+        for e in exprs
+        for name in re.findall(r"\b((?:llm_routing|gen_ai)_[a-z_]+)", e)
+    }
+    labels = {"gen_ai_provider_name", "gen_ai_request_model", "gen_ai_token_type"}
+    used -= labels
+    known = {re.sub(r"_total$", "", f) for f in families}
+    assert used and used <= known, used - known
+    assert {"llm_routing_fallbacks", "llm_routing_cost_usd", "llm_routing_circuit_state"} <= used
+
+
+@override_settings(LLM_ROUTING=ON)
+def test_label_values_are_bounded(client: Client) -> None:
+    before = scrape(client)
+    routed = route(
+        AuditRequest(task="t", input_text="x", provider="typo-from-a-caller"), sleeper=Sleeps()
+    )
+    assert routed.metadata.attempts[0].reason == "unknown_provider"
+    after = scrape(client)
+    changed = delta(after, before)
+    assert changed[key("llm_routing_skips_total", provider="other", reason="unknown_provider")] == 1
+    assert not any("typo-from-a-caller" in v for k in after for _, v in k[1])
+    assert not any(routed.request_id in v for k in after for _, v in k[1])
