@@ -28,10 +28,12 @@ import time
 from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
 import genai_prices
+from genai_prices import data_snapshot
 
 from .types import MOCK_PROVIDER_NAME, AttemptRecord, RoutingResult, Usage
 
@@ -107,14 +109,55 @@ def _package_price(source: PriceSource, model: str, usage: Usage) -> Decimal | N
         where = {"provider_api_url": source.base_url}
     else:
         return None
-    tokens = genai_prices.Usage(input_tokens=usage.input_tokens, output_tokens=usage.output_tokens)
     for ref in dict.fromkeys(m for m in (model, source.model) if m):
-        try:
-            found = genai_prices.calc_price(tokens, ref, **where)
-        except LookupError:
+        found = _lookup(tuple(sorted(where.items())), ref)
+        if found is None:
             continue
-        return Decimal(found.total_price)
+        if isinstance(found, tuple):  # flat per-token prices: the package's own sum
+            per_input, per_output = found
+            return (usage.input_tokens * per_input + usage.output_tokens * per_output) / MTOK
+        tokens = genai_prices.Usage(
+            input_tokens=usage.input_tokens, output_tokens=usage.output_tokens
+        )
+        return Decimal(genai_prices.calc_price(tokens, ref, **where).total_price)
     return None
+
+
+#: The package's answer per (where, model): None (unknown), (input, output) USD per
+#: million tokens when both are flat and nothing else applies to a text call, or True
+#: (tiered or per-request prices: ask ``calc_price`` each time). Kept for an hour
+#: (a price may change on a date the data names).
+_lookups: dict[tuple[Any, str], tuple[float, bool | tuple[Decimal, Decimal] | None]] = {}
+_LOOKUP_TTL_S = 3600.0
+_LOOKUP_MAX = 10_000
+
+
+def _lookup(where: tuple[tuple[str, Any], ...], ref: str) -> bool | tuple[Decimal, Decimal] | None:
+    now = time.monotonic()
+    hit = _lookups.get((where, ref))
+    if hit is not None and now - hit[0] < _LOOKUP_TTL_S:
+        return hit[1]
+    answer: bool | tuple[Decimal, Decimal] | None
+    kwargs = dict(where)
+    try:
+        _, model_info = data_snapshot.get_snapshot().find_provider_model(
+            ref, None, kwargs.get("provider_id"), kwargs.get("provider_api_url")
+        )
+    except LookupError:
+        answer = None
+    else:
+        prices = model_info.get_prices(datetime.now(tz=UTC))
+        set_prices = {k: v for k, v in vars(prices).items() if v is not None}
+        flat = all(isinstance(set_prices.get(k), Decimal) for k in ("input_mtok", "output_mtok"))
+        per_call = any(
+            not (k.endswith("_mtok") or k.endswith("searches_kcount")) for k in set_prices
+        )
+        answer = (
+            (set_prices["input_mtok"], set_prices["output_mtok"]) if flat and not per_call else True
+        )
+    if len(_lookups) < _LOOKUP_MAX or (where, ref) in _lookups:
+        _lookups[(where, ref)] = (now, answer)
+    return answer
 
 
 # --- provider rows ---------------------------------------------------------------------

@@ -130,10 +130,23 @@ def _on_routed(sender: Any, *, request: AuditRequest, routed: RoutingResult, **_
         record(request, routed, pending or _Pending())
 
 
+_cached: tuple[Any, Any] = (None, None)  # (tracer provider, its tracer)
+
+
+def _tracer() -> Any:
+    """The app's tracer, built once per tracer provider (get_tracer is not free)."""
+    global _cached
+    assert trace is not None
+    provider = trace.get_tracer_provider()
+    if _cached[0] is not provider:
+        _cached = (provider, provider.get_tracer(TRACER_NAME))
+    return _cached[1]
+
+
 def record(request: AuditRequest, routed: RoutingResult, pending: _Pending) -> None:
     """Write the request span and its attempt spans."""
     assert trace is not None
-    tracer = trace.get_tracer(TRACER_NAME)
+    tracer = _tracer()
     meta, result = routed.metadata, routed.result
     end = time.time_ns()
     start = end - int(routed.total_latency_ms * 1_000_000)

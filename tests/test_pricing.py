@@ -17,7 +17,7 @@ from rest_framework.test import APIClient
 from llm_routing import config_io, pricing
 from llm_routing.models import Attempt, Provider, RoutingDecision
 from llm_routing.router import route, route_stream
-from llm_routing.types import AuditRequest, RoutingResult, StreamResult
+from llm_routing.types import AuditRequest, RoutingResult, StreamResult, Usage
 from tests.conftest import Sleeps
 from tests.fakes.upstream import FakeUpstream, Fault, Faults
 
@@ -229,3 +229,26 @@ def test_prices_round_trip_through_the_config_file() -> None:
     changes = config_io.apply(text)
     assert len(changes) == 1
     assert Provider.objects.get(name="priced").output_price_per_mtok == Decimal("0.6")
+
+
+@pytest.mark.parametrize(
+    "kind, model, provider_id",
+    [
+        ("openai", "gpt-4o-mini", "openai"),
+        ("anthropic", "claude-3-5-haiku-latest", "anthropic"),
+        ("gemini", "gemini-2.0-flash", "google"),
+        ("gemini", "gemini-2.5-pro", "google"),  # tiered above 200k tokens
+    ],
+)
+@pytest.mark.parametrize("tokens", [(0, 1), (1, 0), (11, 7), (250_000, 1_000), (9, 654_321)])
+def test_a_price_is_exactly_the_packages(
+    kind: str, model: str, provider_id: str, tokens: tuple[int, int]
+) -> None:
+    """The per-model lookup is cached (flat prices summed here, tiered ones asked of the
+    package each time): the figure is the package's, to the last digit."""
+    source = pricing.PriceSource(kind=kind, model=model)
+    usage = genai_prices.Usage(input_tokens=tokens[0], output_tokens=tokens[1])
+    expected = genai_prices.calc_price(usage, model, provider_id=provider_id).total_price
+    for _ in range(2):  # a cold and a warm lookup
+        got = pricing.price(source, model, Usage(*tokens))
+        assert got == expected
