@@ -7,11 +7,12 @@ from __future__ import annotations
 import io
 import json
 import logging
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
-from django.http import HttpRequest, HttpResponse
-from django.test import Client, override_settings
+from asgiref.sync import async_to_sync
+from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
+from django.test import AsyncClient, Client, override_settings
 from django.urls import path
 from rest_framework.test import APIClient
 
@@ -121,3 +122,39 @@ def test_log_format_selects_the_formatter(value: str, formatter: str) -> None:
     done = python("-c", code, env=env)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == formatter
+
+
+async def async_crash(request: HttpRequest) -> HttpResponse:
+    logging.getLogger("llm_routing.tests").warning("async view about to fail")
+    raise RuntimeError("boom in the async view")
+
+
+async def async_stream(request: HttpRequest) -> StreamingHttpResponse:
+    async def body() -> AsyncIterator[bytes]:
+        for part in (b"a", b"b"):
+            logging.getLogger("llm_routing.tests").warning("streaming %s", part.decode())
+            yield part
+
+    return StreamingHttpResponse(body())
+
+
+urlpatterns += [path("async-crash/", async_crash), path("async-stream/", async_stream)]
+
+
+@override_settings(ROOT_URLCONF=__name__, DEBUG=False)
+def test_under_asgi_the_id_is_on_every_line(console: io.StringIO) -> None:
+    async def run() -> tuple[str, str]:
+        client = AsyncClient(raise_request_exception=False)
+        response = await client.get("/async-crash/")
+        assert response.status_code == 500
+        streamed = await client.get("/async-stream/")
+        body = b"".join([c async for c in streamed.streaming_content])  # type: ignore[attr-defined]
+        assert body == b"ab"
+        return response["X-Request-ID"], streamed["X-Request-ID"]
+
+    request_id, stream_id = async_to_sync(run)()
+    text = console.getvalue()
+    assert f"WARNING llm_routing.tests [{request_id}] async view about to fail" in text
+    assert f"ERROR django.request [{request_id}] Internal Server Error: /async-crash/" in text
+    assert "RuntimeError: boom in the async view" in text
+    assert f"[{stream_id}] streaming a" in text and f"[{stream_id}] streaming b" in text
