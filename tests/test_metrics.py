@@ -249,3 +249,32 @@ def test_label_values_are_bounded(client: Client) -> None:
     assert changed[key("llm_routing_skips_total", provider="other", reason="unknown_provider")] == 1
     assert not any("typo-from-a-caller" in v for k in after for _, v in k[1])
     assert not any(routed.request_id in v for k in after for _, v in k[1])
+
+
+@override_settings(LLM_ROUTING=ON)
+def test_a_stream_counts_its_time_to_first_chunk(
+    client: Client,
+    fake_upstream: FakeUpstream,
+    upstream_chain: Callable[..., list[Any]],
+) -> None:
+    from llm_routing.router import route_stream
+    from llm_routing.types import StreamResult
+
+    upstream_chain(("oa", "openai", {"model": "gpt-4o-mini"}))
+    before = scrape(client)
+    request = AuditRequest(task="t", input_text="Stream this.", stream=True)
+    events = list(route_stream(request, sleeper=Sleeps()))
+    assert isinstance(events[-1], StreamResult) and events[-1].routed.result.ok
+    changed = delta(scrape(client), before)
+    ttft = "gen_ai_client_operation_time_to_first_chunk_seconds"
+    labels = {"gen_ai_provider_name": "oa", "gen_ai_request_model": "gpt-4o-mini"}
+    assert changed[key(f"{ttft}_count", **labels)] == 1
+    served = events[-1].routed.metadata.attempts[-1]
+    assert changed[key(f"{ttft}_sum", **labels)] == pytest.approx(served.latency_ms / 1000)
+    usage = events[-1].routed.result.usage
+    assert usage.output_tokens > 0
+    assert (
+        changed[key("llm_routing_tokens_total", provider="oa", model="gpt-4o-mini",
+                    token_type="output")]
+        == usage.output_tokens
+    )  # fmt: skip
