@@ -11,10 +11,11 @@ An attempt's cost is its reported tokens times its provider's price:
   then the row's configured model;
 - the offline mock costs nothing.
 
-An attempt that reported no tokens costs 0 (nothing was consumed); a price that cannot
-be found is ``None`` — never a guess. A failed attempt that consumed tokens is charged.
-A skipped candidate has no cost. A request's cost is the sum of its attempts' costs,
-``None`` when any attempted cost is unknown.
+A failed attempt that reported no tokens costs 0 (a 503 consumes nothing); an answer
+whose tokens were not reported (a server that ignores the stream usage option, a
+stream cut after text) and a price that cannot be found are ``None`` — never a guess.
+A failed attempt that consumed tokens is charged. A skipped candidate has no cost. A
+request's cost is the sum of its attempts' costs, ``None`` when any is unknown.
 
 The served attempt's tokens are the result's usage (for a stream, the final event's);
 the other attempts' are :attr:`AttemptRecord.usage`.
@@ -220,10 +221,14 @@ def attempt_cost(
     """One attempt's cost (None for a skip, an unknown provider or an unknown price)."""
     if attempt.outcome == "skipped" or source is None:
         return None
+    if source.offline:
+        return Decimal(0)
     usage = routed.result.usage if attempt.served else attempt.usage
-    if usage is None:
-        # Not reported (a stream cut mid-way): tokens were consumed, count unknown.
-        return None if attempt.partial else Decimal(0)
+    if usage is None or (usage.input_tokens == 0 and usage.output_tokens == 0):
+        # Nothing reported. An answer (or a stream cut after text) consumed tokens that
+        # were not counted: unknown. A failure before any answer consumed none.
+        answered = attempt.outcome == "ok" or attempt.served or attempt.partial
+        return None if answered else Decimal(0)
     return price(source, attempt.model, usage)
 
 

@@ -252,3 +252,24 @@ def test_a_price_is_exactly_the_packages(
     for _ in range(2):  # a cold and a warm lookup
         got = pricing.price(source, model, Usage(*tokens))
         assert got == expected
+
+
+def test_an_answer_without_reported_tokens_is_null_not_free(
+    fake_upstream: FakeUpstream, upstream_chain: Callable[..., list[Any]]
+) -> None:
+    upstream_chain(("p", "openai", {"model": "gpt-4o-mini"}))
+    silent: dict[str, Any] = {
+        "id": "chatcmpl-fake",
+        "object": "chat.completion",
+        "created": 1,
+        "model": "gpt-4o-mini",
+        "choices": [
+            {"index": 0, "message": {"role": "assistant", "content": "hi"},
+             "finish_reason": "stop"}
+        ],
+    }  # fmt: skip
+    fake_upstream.script("openai", Fault(body=silent))  # no "usage"
+    routed = route(REQUEST, sleeper=Sleeps())
+    assert routed.result.ok and routed.result.usage == Usage()
+    assert pricing.costs(routed).total is None
+    assert rows(routed) == (None, [None])
