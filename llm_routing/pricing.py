@@ -23,6 +23,7 @@ the other attempts' are :attr:`AttemptRecord.usage`.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
@@ -34,6 +35,7 @@ from decimal import Decimal
 from typing import Any
 
 import genai_prices
+from django.db import connections
 from genai_prices import data_snapshot
 
 from .types import MOCK_PROVIDER_NAME, AttemptRecord, RoutingResult, Usage
@@ -174,25 +176,83 @@ def forget(*_args: object, **_kwargs: object) -> None:
 
 
 def sources(names: Iterable[str]) -> dict[str, PriceSource | None]:
-    """Price facts of the named provider rows (None: no such row), cached briefly."""
-    from .models import Provider
+    """Price facts of the named provider rows (None: no such row), cached briefly.
 
+    Inside a running event loop (the async serving path) the ORM may not be used: a
+    stale entry is then served while one background thread refreshes it, and a name
+    never read before is read once in a worker thread (one indexed query)."""
     wanted = set(names)
     now = time.monotonic()
     with _sources_lock:
-        fresh = {n: e[1] for n in wanted if (e := _sources.get(n)) and now - e[0] < SOURCE_TTL_S}
+        known = {n: e for n in wanted if (e := _sources.get(n)) is not None}
+    fresh = {n: e[1] for n, e in known.items() if now - e[0] < SOURCE_TTL_S}
     missing = wanted - fresh.keys()
-    if missing:
+    if not missing:
+        return fresh
+    if _in_event_loop():
+        stale = {n: known[n][1] for n in missing if n in known}
+        if stale:
+            _refresh_in_background(set(stale))
+        cold = missing - stale.keys()
+        loaded = _read_in_thread(cold) if cold else {}
+        return {**fresh, **stale, **loaded}
+    return {**fresh, **_read(missing)}
+
+
+def _read(names: set[str]) -> dict[str, PriceSource | None]:
+    from .models import Provider
+
+    try:
+        rows = {r.name: r for r in Provider.objects.filter(name__in=names)}
+    except Exception as exc:  # the database is down: unknown, not cached
+        logger.debug("Provider prices unavailable (%s)", type(exc).__name__)
+        return dict.fromkeys(names)
+    loaded = {name: _source_of(rows.get(name), name) for name in names}
+    now = time.monotonic()
+    with _sources_lock:
+        _sources.update({n: (now, s) for n, s in loaded.items()})
+    return loaded
+
+
+def _in_event_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
+def _read_in_thread(names: set[str]) -> dict[str, PriceSource | None]:
+    """:func:`_read` in a worker thread (its own connection, closed after)."""
+    out: dict[str, PriceSource | None] = dict.fromkeys(names)
+
+    def work() -> None:
         try:
-            rows = {r.name: r for r in Provider.objects.filter(name__in=missing)}
-        except Exception as exc:  # database down, or called inside an event loop
-            logger.debug("Provider prices unavailable (%s)", type(exc).__name__)
-            return {**fresh, **dict.fromkeys(missing)}
-        loaded = {name: _source_of(rows.get(name), name) for name in missing}
-        with _sources_lock:
-            _sources.update({n: (now, s) for n, s in loaded.items()})
-        fresh.update(loaded)
-    return fresh
+            out.update(_read(names))
+        finally:
+            connections.close_all()
+
+    worker = threading.Thread(target=work, name="llm-routing-prices", daemon=True)
+    worker.start()
+    worker.join(timeout=2.0)
+    return out
+
+
+_refreshing = threading.Lock()
+
+
+def _refresh_in_background(names: set[str]) -> None:
+    if not _refreshing.acquire(blocking=False):
+        return  # one refresh at a time; the stale values serve meanwhile
+
+    def work() -> None:
+        try:
+            _read(names)
+        finally:
+            connections.close_all()
+            _refreshing.release()
+
+    threading.Thread(target=work, name="llm-routing-prices", daemon=True).start()
 
 
 def _source_of(row: Any, name: str) -> PriceSource | None:

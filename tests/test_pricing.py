@@ -273,3 +273,43 @@ def test_an_answer_without_reported_tokens_is_null_not_free(
     assert routed.result.ok and routed.result.usage == Usage()
     assert pricing.costs(routed).total is None
     assert rows(routed) == (None, [None])
+
+
+@pytest.mark.django_db(transaction=True)
+def test_inside_an_event_loop_prices_are_read_without_the_loops_orm() -> None:
+    """The async serving path may not use the ORM in the loop: a name never read is
+    read once in a worker thread; a stale one is served while a thread refreshes it."""
+    import time
+
+    from asgiref.sync import async_to_sync
+
+    Provider.objects.create(
+        name="p",
+        kind="openai",
+        model="m",
+        input_price_per_mtok=Decimal("1"),
+        output_price_per_mtok=Decimal("2"),
+    )
+    pricing.forget()
+
+    async def look() -> pricing.PriceSource | None:
+        return pricing.sources({"p"})["p"]
+
+    cold = async_to_sync(look)()
+    assert cold is not None and cold.input_per_mtok == Decimal("1")
+
+    Provider.objects.filter(name="p").update(input_price_per_mtok=Decimal("3"))
+    with pricing._sources_lock:  # age the entry past its TTL
+        pricing._sources["p"] = (time.monotonic() - pricing.SOURCE_TTL_S - 1, cold)
+    stale = async_to_sync(look)()
+    assert stale is not None and stale.input_per_mtok == Decimal("1")  # served at once
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        with pricing._sources_lock:
+            current = pricing._sources["p"][1]
+        if current is not None and current.input_per_mtok == Decimal("3"):
+            break
+        time.sleep(0.05)
+    else:
+        raise AssertionError("the background refresh never landed")
+    pricing.forget()
