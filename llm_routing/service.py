@@ -3,11 +3,13 @@ HTTP views and tasks."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Literal, overload
 
 from django.core.exceptions import ValidationError
 
+from .logging import bound_request_id
 from .router import route, route_stream
 from .types import AuditRequest, ForcedTool, Message, RouterStreamEvent, RoutingResult, Tool
 
@@ -55,7 +57,9 @@ def execute(
     """Route one already-validated request: the single entry point of the HTTP view,
     the Python API and the Celery task. ``persist=False`` leaves the recording to the
     caller (async jobs record the decision in the transaction that finishes the job)."""
-    return route(request, request_id=request_id, persist=persist)
+    request_id = request_id or str(uuid.uuid4())
+    with bound_request_id(request_id):  # its log lines carry the routing request id
+        return route(request, request_id=request_id, persist=persist)
 
 
 def audit(**kwargs: Any) -> RoutingResult:

@@ -29,9 +29,10 @@ from rest_framework import exceptions, serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from .. import snapshot
+from .. import pricing, snapshot
 from ..access import principal_for, provider_allowed
 from ..conf import routing_settings
+from ..logging import current_request_id
 from ..router import route_stream
 from ..service import execute
 from ..types import (
@@ -273,6 +274,11 @@ class _CompletionUsageSerializer(serializers.Serializer):
     prompt_tokens = serializers.IntegerField()
     completion_tokens = serializers.IntegerField()
     total_tokens = serializers.IntegerField()
+    cost_usd = serializers.FloatField(
+        allow_null=True,
+        help_text="Extension: USD for every attempt of this request (failed ones that "
+        "consumed tokens included); null when a price is unknown.",
+    )
 
 
 class ChatCompletionSerializer(serializers.Serializer):
@@ -428,12 +434,15 @@ def _message(result: ProviderResult) -> dict[str, Any]:
     return message
 
 
-def _usage(routed: RoutingResult) -> dict[str, int]:
+def _usage(routed: RoutingResult) -> dict[str, Any]:
+    """OpenAI's usage object plus the extension ``cost_usd`` (every attempt's cost, the
+    failed ones included; null when a price is unknown)."""
     usage = routed.result.usage
     return {
         "prompt_tokens": usage.input_tokens,
         "completion_tokens": usage.output_tokens,
         "total_tokens": usage.input_tokens + usage.output_tokens,
+        "cost_usd": pricing.total_usd(routed),
     }
 
 
@@ -464,7 +473,7 @@ class ChatCompletionsView(OpenAIErrorsMixin, RoutingAPIView):
         opts = serializer.validated_data.get("stream_options") or {}
         if audit_request.stream:
             return self._stream(audit_request, include_usage=bool(opts.get("include_usage")))
-        routed = execute(audit_request)
+        routed = execute(audit_request, request_id=current_request_id())
         if routed.result.status != "ok":
             return _error_response(routed)
         result = routed.result
@@ -491,7 +500,7 @@ class ChatCompletionsView(OpenAIErrorsMixin, RoutingAPIView):
     def _stream(
         self, audit_request: AuditRequest, *, include_usage: bool
     ) -> Response | StreamingHttpResponse:
-        request_id = str(uuid.uuid4())
+        request_id = current_request_id() or str(uuid.uuid4())
         events = route_stream(audit_request, request_id=request_id)
         first = next(events)
         if isinstance(first, StreamResult) and first.routed.result.status != "ok":

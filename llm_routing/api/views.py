@@ -12,6 +12,8 @@ from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from .. import pricing
+from ..logging import current_request_id
 from ..models import Provider
 from ..resilience import breaker
 from ..router import route_stream
@@ -48,20 +50,20 @@ class AuditView(RoutingAPIView):
             for name, value in SSE_HEADERS.items():
                 response[name] = value
             return response
-        routed = execute(audit_request)
-        return Response(routed.to_dict(), headers={"X-Request-ID": routed.request_id})
+        routed = execute(audit_request, request_id=current_request_id())
+        return Response(pricing.envelope(routed), headers={"X-Request-ID": routed.request_id})
 
 
 def _audit_events(audit_request: AuditRequest) -> Iterator[bytes]:
     """``chunk`` (text delta) … then ``result`` (the envelope) or ``error``."""
-    for event in route_stream(audit_request):
+    for event in route_stream(audit_request, request_id=current_request_id()):
         if isinstance(event, StreamChunk):
             chunk: dict[str, Any] = {"text": event.text}
             if event.tool_call is not None:  # a fragment of a tool call (OpenAI's shape)
                 chunk["tool_call"] = event.tool_call.to_dict()
             yield sse(chunk, event="chunk")
         elif isinstance(event, StreamResult):
-            yield sse(event.routed.to_dict(), event="result")
+            yield sse(pricing.envelope(event.routed), event="result")
         elif isinstance(event, StreamFailure):
             yield sse(
                 {
