@@ -545,7 +545,7 @@ def _validate_rows(desired: DesiredState) -> list[str]:
                 errors.extend(f"{where}: {m}" for m in messages)
 
     for name, values in desired.providers.items():
-        obj = Provider(pk=existing["providers"].get(name), name=name, **values)
+        obj = Provider(pk=existing["providers"].get(name), name=name, **_decimals(Provider, values))
         clean(obj, f"providers.{name}", [], True)
     for name, values in desired.chains.items():
         fields = {k: v for k, v in values.items() if k != "entries"}
@@ -604,7 +604,7 @@ def _write(desired: DesiredState, *, prune: bool) -> None:
     for name, values in desired.providers.items():
         obj = Provider.objects.filter(name=name).first() or Provider(name=name)
         if obj.pk is None or _row_values(obj) != values:
-            for k, v in values.items():
+            for k, v in _decimals(Provider, values).items():
                 setattr(obj, k, v)
             obj.save()
         providers[name] = obj

@@ -35,9 +35,9 @@ from decimal import Decimal
 from typing import Any
 
 import genai_prices
-from django.db import connections
 from genai_prices import data_snapshot
 
+from . import snapshot
 from .types import MOCK_PROVIDER_NAME, AttemptRecord, RoutingResult, Usage
 
 __all__ = [
@@ -47,7 +47,6 @@ __all__ = [
     "attempt_cost",
     "costs",
     "envelope",
-    "forget",
     "format_usd",
     "price",
     "sources",
@@ -60,9 +59,6 @@ logger = logging.getLogger("llm_routing.pricing")
 VENDOR_PRICE_IDS = {"openai": "openai", "anthropic": "anthropic", "gemini": "google"}
 
 MTOK = Decimal(1_000_000)
-#: Seconds a provider row's price facts are reused (a save in this process clears them).
-SOURCE_TTL_S = 30.0
-
 
 @dataclass(frozen=True, slots=True)
 class PriceSource:
@@ -165,53 +161,15 @@ def _lookup(where: tuple[tuple[str, Any], ...], ref: str) -> bool | tuple[Decima
 
 # --- provider rows ---------------------------------------------------------------------
 
-_sources: dict[str, tuple[float, PriceSource | None]] = {}
-_sources_lock = threading.Lock()
-
-
-def forget(*_args: object, **_kwargs: object) -> None:
-    """Drop the cached price facts (connected to Provider saves and deletes)."""
-    with _sources_lock:
-        _sources.clear()
-
 
 def sources(names: Iterable[str]) -> dict[str, PriceSource | None]:
-    """Price facts of the named provider rows (None: no such row), cached briefly.
-
-    Inside a running event loop (the async serving path) the ORM may not be used: a
-    stale entry is then served while one background thread refreshes it, and a name
-    never read before is read once in a worker thread (one indexed query)."""
-    wanted = set(names)
-    now = time.monotonic()
-    with _sources_lock:
-        known = {n: e for n in wanted if (e := _sources.get(n)) is not None}
-    fresh = {n: e[1] for n, e in known.items() if now - e[0] < SOURCE_TTL_S}
-    missing = wanted - fresh.keys()
-    if not missing:
-        return fresh
-    if _in_event_loop():
-        stale = {n: known[n][1] for n in missing if n in known}
-        if stale:
-            _refresh_in_background(set(stale))
-        cold = missing - stale.keys()
-        loaded = _read_in_thread(cold) if cold else {}
-        return {**fresh, **stale, **loaded}
-    return {**fresh, **_read(missing)}
-
-
-def _read(names: set[str]) -> dict[str, PriceSource | None]:
-    from .models import Provider
-
-    try:
-        rows = {r.name: r for r in Provider.objects.filter(name__in=names)}
-    except Exception as exc:  # the database is down: unknown, not cached
-        logger.debug("Provider prices unavailable (%s)", type(exc).__name__)
-        return dict.fromkeys(names)
-    loaded = {name: _source_of(rows.get(name), name) for name in names}
-    now = time.monotonic()
-    with _sources_lock:
-        _sources.update({n: (now, s) for n, s in loaded.items()})
-    return loaded
+    """Price facts of the named provider rows (None: no such row), from the in-process
+    configuration snapshot (llm_routing.snapshot: no query per request; a price change
+    is live within its 1 s bound). Inside a running event loop the snapshot is taken as
+    last built (the router's setup has just refreshed it), never rebuilt there."""
+    snap = snapshot.latest() if _in_event_loop() else snapshot.current()
+    rows = snap.providers if snap is not None else {}
+    return {name: _source_of(rows.get(name), name) for name in names}
 
 
 def _in_event_loop() -> bool:
@@ -220,39 +178,6 @@ def _in_event_loop() -> bool:
     except RuntimeError:
         return False
     return True
-
-
-def _read_in_thread(names: set[str]) -> dict[str, PriceSource | None]:
-    """:func:`_read` in a worker thread (its own connection, closed after)."""
-    out: dict[str, PriceSource | None] = dict.fromkeys(names)
-
-    def work() -> None:
-        try:
-            out.update(_read(names))
-        finally:
-            connections.close_all()
-
-    worker = threading.Thread(target=work, name="llm-routing-prices", daemon=True)
-    worker.start()
-    worker.join(timeout=2.0)
-    return out
-
-
-_refreshing = threading.Lock()
-
-
-def _refresh_in_background(names: set[str]) -> None:
-    if not _refreshing.acquire(blocking=False):
-        return  # one refresh at a time; the stale values serve meanwhile
-
-    def work() -> None:
-        try:
-            _read(names)
-        finally:
-            connections.close_all()
-            _refreshing.release()
-
-    threading.Thread(target=work, name="llm-routing-prices", daemon=True).start()
 
 
 def _source_of(row: Any, name: str) -> PriceSource | None:

@@ -307,6 +307,12 @@ def _current_in_worker() -> ConfigSnapshot:
             connections[alias].close()
 
 
+def latest() -> ConfigSnapshot | None:
+    """The snapshot as last built in this process, with no I/O at all (None before the
+    first build): for code on the event loop that runs right after :func:`acurrent`."""
+    return _holder.snapshot
+
+
 async def acurrent() -> ConfigSnapshot:
     """:func:`current` for async code: answers inline when no I/O is due, else checks
     and rebuilds in a worker thread (the event loop never waits on the database)."""

@@ -12,6 +12,8 @@ from typing import Any
 import genai_prices
 import pytest
 from django.core.exceptions import ValidationError
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
 from llm_routing import config_io, pricing
@@ -101,7 +103,6 @@ def test_override_prices_a_self_hosted_server_the_package_does_not_know(
     Provider.objects.filter(name="local").update(
         input_price_per_mtok=Decimal("0.1"), output_price_per_mtok=Decimal("0.2")
     )
-    pricing.forget()  # update() sends no post_save
     routed = route(REQUEST, sleeper=Sleeps())
     assert pricing.costs(routed).total == (11 * Decimal("0.1") + 7 * Decimal("0.2")) / 1_000_000
 
@@ -277,11 +278,11 @@ def test_an_answer_without_reported_tokens_is_null_not_free(
 
 @pytest.mark.django_db(transaction=True)
 def test_inside_an_event_loop_prices_are_read_without_the_loops_orm() -> None:
-    """The async serving path may not use the ORM in the loop: a name never read is
-    read once in a worker thread; a stale one is served while a thread refreshes it."""
-    import time
-
+    """The async serving path never reads the database for prices: they come from the
+    configuration snapshot as last built (the router's setup refreshes it first)."""
     from asgiref.sync import async_to_sync
+
+    from llm_routing import snapshot
 
     Provider.objects.create(
         name="p",
@@ -290,26 +291,15 @@ def test_inside_an_event_loop_prices_are_read_without_the_loops_orm() -> None:
         input_price_per_mtok=Decimal("1"),
         output_price_per_mtok=Decimal("2"),
     )
-    pricing.forget()
+    snapshot.current()  # what the router's setup does before pricing runs
 
     async def look() -> pricing.PriceSource | None:
         return pricing.sources({"p"})["p"]
 
-    cold = async_to_sync(look)()
-    assert cold is not None and cold.input_per_mtok == Decimal("1")
-
+    with CaptureQueriesContext(connection) as queries:
+        seen = async_to_sync(look)()
+    assert seen is not None and seen.input_per_mtok == Decimal("1")
+    assert not queries.captured_queries
     Provider.objects.filter(name="p").update(input_price_per_mtok=Decimal("3"))
-    with pricing._sources_lock:  # age the entry past its TTL
-        pricing._sources["p"] = (time.monotonic() - pricing.SOURCE_TTL_S - 1, cold)
-    stale = async_to_sync(look)()
-    assert stale is not None and stale.input_per_mtok == Decimal("1")  # served at once
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        with pricing._sources_lock:
-            current = pricing._sources["p"][1]
-        if current is not None and current.input_per_mtok == Decimal("3"):
-            break
-        time.sleep(0.05)
-    else:
-        raise AssertionError("the background refresh never landed")
-    pricing.forget()
+    snapshot.current()
+    assert async_to_sync(look)().input_per_mtok == Decimal("3")  # type: ignore[union-attr]
