@@ -25,7 +25,7 @@ import itertools
 import logging
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -73,6 +73,8 @@ __all__ = [
     "CandidateExplanation",
     "Explanation",
     "Plan",
+    "aroute",
+    "aroute_stream",
     "explain",
     "missing_capability",
     "resolve",
@@ -892,3 +894,67 @@ def _finish_stream(
             final, mode="error", status="error", output="".join(delivered), error=error
         )
     return session.finish(result, fallback_reason, persist=persist)
+
+
+# --- TEMP async shims (views branch; replaced by core) ---
+# Stand-ins for the async driver of branch ``core`` (same names and signatures), so the
+# async views and ``aaudit``/``achat`` run before it lands: the sync driver in a worker
+# thread. The lead drops everything between these two marker lines at merge.
+
+
+async def aroute(
+    request: AuditRequest,
+    *,
+    request_id: str | None = None,
+    sleeper: Any = None,
+    persist: bool = True,
+) -> RoutingResult:
+    """:func:`route` as a coroutine (TEMP: the sync driver in a worker thread)."""
+    from asgiref.sync import sync_to_async
+
+    assert sleeper is None, "the TEMP shim takes no async sleeper"
+    return await sync_to_async(route, thread_sensitive=False)(
+        request, request_id=request_id, persist=persist
+    )
+
+
+async def aroute_stream(
+    request: AuditRequest,
+    *,
+    request_id: str | None = None,
+    sleeper: Any = None,
+    persist: bool = True,
+    stream_mode: str | None = None,
+) -> AsyncIterator[RouterStreamEvent]:
+    """:func:`route_stream` as an async generator (TEMP: each ``next()`` in a worker
+    thread; closing it closes the sync generator, which records ``client_disconnected``)."""
+    import threading
+    from collections.abc import Generator
+    from typing import cast
+
+    from asgiref.sync import sync_to_async
+
+    assert sleeper is None, "the TEMP shim takes no async sleeper"
+    events = cast(
+        Generator[RouterStreamEvent, None, None],
+        route_stream(request, request_id=request_id, persist=persist, stream_mode=stream_mode),
+    )
+    # A cancelled await leaves its next() running in the thread: close() waits for it.
+    lock = threading.Lock()
+
+    def step() -> RouterStreamEvent | None:
+        with lock:
+            return next(events, None)
+
+    def close() -> None:
+        with lock:
+            events.close()
+
+    try:
+        while (event := await sync_to_async(step, thread_sensitive=False)()) is not None:
+            yield event
+    finally:
+        await sync_to_async(close, thread_sensitive=False)()
+
+
+# --- end TEMP async shims ---
