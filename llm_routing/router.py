@@ -25,7 +25,7 @@ import itertools
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -901,6 +901,10 @@ def _finish_stream(
 # async views and ``aaudit``/``achat`` run before it lands: the sync driver in a worker
 # thread. The lead drops everything between these two marker lines at merge.
 
+from collections.abc import AsyncIterator  # noqa: E402
+
+from django.db import close_old_connections  # noqa: E402
+
 
 async def aroute(
     request: AuditRequest,
@@ -913,9 +917,14 @@ async def aroute(
     from asgiref.sync import sync_to_async
 
     assert sleeper is None, "the TEMP shim takes no async sleeper"
-    return await sync_to_async(route, thread_sensitive=False)(
-        request, request_id=request_id, persist=persist
-    )
+
+    def run() -> RoutingResult:
+        try:
+            return route(request, request_id=request_id, persist=persist)
+        finally:
+            close_old_connections()  # the worker thread's connection, past CONN_MAX_AGE
+
+    return await sync_to_async(run, thread_sensitive=False)()
 
 
 async def aroute_stream(
@@ -944,11 +953,17 @@ async def aroute_stream(
 
     def step() -> RouterStreamEvent | None:
         with lock:
-            return next(events, None)
+            try:
+                return next(events, None)
+            finally:
+                close_old_connections()
 
     def close() -> None:
         with lock:
-            events.close()
+            try:
+                events.close()
+            finally:
+                close_old_connections()
 
     try:
         while (event := await sync_to_async(step, thread_sensitive=False)()) is not None:

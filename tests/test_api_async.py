@@ -392,3 +392,14 @@ def test_client_disconnect_mid_stream_is_recorded(
     assert attempt.error_category == "client_disconnected"
     assert attempt.partial is True
     assert "".join(received).startswith("one two")
+
+
+def test_the_live_server_of_the_services_suite_is_asgi(live_server: Any) -> None:
+    # Embedded suite: pytest-django's WSGI server; services suite (tests/services_plugin.py):
+    # uvicorn serving project.asgi, so the live-server tests run through the async views.
+    import os
+
+    response = httpx.get(f"{live_server.url}/health/", timeout=10)
+    assert response.status_code == 401
+    services = os.environ["DJANGO_SETTINGS_MODULE"] == "tests.settings_services"
+    assert (response.headers.get("server") == "uvicorn") is services
