@@ -296,6 +296,31 @@ def test_access_refusal_403_is_the_same_on_both_faces(token: str, chain: Any) ->
     assert "force_provider" in asynch.json()["detail"]
 
 
+def test_session_auth_enforces_csrf_on_the_async_face(user: Any, chain: Any) -> None:
+    sync = APIClient(enforce_csrf_checks=True)
+    sync.force_login(user)
+    aclient = AsyncClient(enforce_csrf_checks=True)
+    aclient.force_login(user)
+    data = json.dumps(GOOD)
+
+    def apost_session(**headers: str) -> Any:
+        return run(
+            lambda: aclient.post(
+                "/audit/", data=data, content_type="application/json", headers=headers
+            )
+        )
+
+    refused = apost_session()
+    assert_same(
+        sync.post("/audit/", data=data, content_type="application/json"), refused, status=403
+    )
+    assert "CSRF" in refused.json()["detail"]
+    sync.get("/admin/login/")  # sets the csrftoken cookie
+    csrf = sync.cookies["csrftoken"].value
+    aclient.cookies["csrftoken"] = csrf
+    assert apost_session(**{"X-CSRFToken": csrf}).status_code == 200
+
+
 def _digits(response: Any) -> str:
     return re.sub(rb"\d+", b"N", response.content).decode()
 
