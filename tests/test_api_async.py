@@ -26,7 +26,7 @@ from rest_framework.test import APIClient
 from llm_routing.errors import NetworkError
 from llm_routing.models import RoutingDecision
 
-from .conftest import make_chain, make_provider
+from .conftest import VENDOR_OF_KIND, make_chain, make_provider
 from .fakes.upstream import FakeUpstream, Faults
 
 # The async face reads and writes through worker threads (their own connections): the
@@ -428,3 +428,42 @@ def test_the_live_server_of_the_services_suite_is_asgi(live_server: Any) -> None
     assert response.status_code == 401
     services = os.environ["DJANGO_SETTINGS_MODULE"] == "tests.settings_services"
     assert (response.headers.get("server") == "uvicorn") is services
+
+
+# --- every vendor kind, over real HTTP to the fake upstream -----------------------------
+
+KINDS = ["openai", "openai_compatible", "anthropic", "gemini"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_vendor_kind_non_stream_and_stream_with_failover(
+    aclient: AsyncClient,
+    fake_upstream: FakeUpstream,
+    upstream_chain: Callable[..., list[Any]],
+    key_env: str,
+    kind: str,
+) -> None:
+    # A first candidate of the same vendor fails with 503 (no retry), the second answers.
+    upstream_chain(
+        ("first", kind, {"supports_streaming": True, "max_retries": 0}),
+        ("second", kind, {"supports_streaming": True, "model": "served-model"}),
+    )
+    vendor = VENDOR_OF_KIND[kind]
+    fake_upstream.script(vendor, Faults.unavailable(vendor, 503))
+    response = apost(aclient, "/v1/chat/completions", {"model": "default", "messages": MESSAGES})
+    assert response.status_code == 200, response.content
+    assert response["X-LLM-Provider"] == "second"
+    assert response.json()["model"].startswith("served-model")  # as the upstream named it
+
+    fake_upstream.script(vendor, Faults.unavailable(vendor, 503))
+    fake_upstream.script(vendor, Faults.stream(text="one two three"))
+    body = {"model": "default", "messages": MESSAGES, "stream": True}
+    response, frames = apost_stream(aclient, "/v1/chat/completions", body)
+    assert response.status_code == 200 and response["X-LLM-Provider"] == "second"
+    chunks = [json.loads(f[len(b"data: ") :]) for f in frames[:-1]]
+    text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks)
+    assert text == "one two three" and frames[-1] == b"data: [DONE]\n\n"
+    assert len(frames) >= 4  # one frame per upstream chunk, then finish and [DONE]
+    assert len(fake_upstream.requests_for(vendor)) == 4
+    decisions = RoutingDecision.objects.order_by("created_at")
+    assert [d.selected_provider for d in decisions] == ["second", "second"]
