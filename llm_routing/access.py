@@ -12,7 +12,8 @@
   :class:`~llm_routing.types.Principal` (the Python API, management commands) is trusted.
 
 The API layer turns a refusal into a 403 (:func:`refusal`); the router skips a candidate
-the caller may not use as ``not_allowed`` (:func:`denied_candidates`).
+the caller may not use as ``not_allowed`` (:func:`denied_candidates`). Both read the
+config snapshot (:mod:`llm_routing.snapshot`), not the chain rows.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ from typing import Any
 from django.db.models import Q, QuerySet
 
 from .conf import routing_settings
-from .models import Chain, ChainEntry
+from .models import Chain
+from .snapshot import ConfigSnapshot, current
 from .types import MOCK_PROVIDER_NAME, AuditRequest, Principal
 
 __all__ = [
@@ -45,6 +47,20 @@ def principal_for(user: Any) -> Principal:
     """The routing identity of a Django user (authenticated or anonymous)."""
     if user is None or not getattr(user, "is_authenticated", False):
         return Principal()
+    # Computed once per user object: a token-authenticated user object is reused for a
+    # few seconds (llm_routing.api.authentication), and with it this answer.
+    memo = getattr(user, "_llm_routing_principal", None)
+    if isinstance(memo, Principal):
+        return memo
+    memo = _principal_of(user)
+    try:
+        user._llm_routing_principal = memo
+    except AttributeError:  # a user object that takes no attributes
+        pass
+    return memo
+
+
+def _principal_of(user: Any) -> Principal:
     trusted = bool(getattr(user, "is_staff", False) or getattr(user, "is_superuser", False))
     groups = getattr(user, "groups", None)
     group_ids = frozenset(groups.values_list("pk", flat=True) if groups is not None else ())
@@ -68,11 +84,14 @@ def allowed_chains(principal: Principal) -> QuerySet[Chain]:
     return Chain.objects.filter(mine).distinct()
 
 
-def chain_allowed(name: str, principal: Principal | None) -> bool:
+def chain_allowed(
+    name: str, principal: Principal | None, config: ConfigSnapshot | None = None
+) -> bool:
     """Whether the principal may use the chain row ``name`` (True for no such row)."""
-    if principal is None or not Chain.objects.filter(name=name).exists():
+    if principal is None:
         return True
-    return allowed_chains(principal).filter(name=name).exists()
+    chain = (config or current()).chain(name)
+    return chain is None or chain.allows(principal)
 
 
 def _settings_provider_names() -> set[str]:
@@ -82,31 +101,35 @@ def _settings_provider_names() -> set[str]:
     return names
 
 
-def provider_allowed(name: str, principal: Principal | None) -> bool:
+def provider_allowed(
+    name: str, principal: Principal | None, config: ConfigSnapshot | None = None
+) -> bool:
     """Whether the principal may name ``name``: it is the mock, in a chain they may use,
     in a settings chain, or they hold ``route_any_provider``."""
     if principal is None or principal.can_route_any_provider or name == MOCK_PROVIDER_NAME:
         return True
     if name in _settings_provider_names():
         return True
-    return ChainEntry.objects.filter(
-        provider__name=name, chain__in=allowed_chains(principal)
-    ).exists()
+    return any(
+        chain.allows(principal) and any(e.provider == name for e in chain.entries)
+        for chain in (config or current()).chains.values()
+    )
 
 
-def refusal(request: AuditRequest) -> str | None:
+def refusal(request: AuditRequest, config: ConfigSnapshot | None = None) -> str | None:
     """Why this caller may not make this request (the 403's reason), or None."""
     principal = request.principal
     if principal is None:
         return None
+    config = config or current()
     if request.force_provider:
         if not principal.can_force_provider:
             return f"Forcing a provider needs the {FORCE_PERMISSION} permission."
-        if not provider_allowed(request.force_provider, principal):
+        if not provider_allowed(request.force_provider, principal, config):
             return _outside(request.force_provider)
-    if request.chain and not chain_allowed(request.chain, principal):
+    if request.chain and not chain_allowed(request.chain, principal, config):
         return f"You may not use the chain {request.chain!r}."
-    if request.provider and not provider_allowed(request.provider, principal):
+    if request.provider and not provider_allowed(request.provider, principal, config):
         return _outside(request.provider)
     return None
 
@@ -125,21 +148,25 @@ def denied_candidates(
     chain_name: str | None,
     requested_provider: str | None,
     forced: bool,
+    config: ConfigSnapshot | None = None,
 ) -> frozenset[str]:
     """The candidates of a plan this principal may not use (the router skips them as
     ``not_allowed``): all of a chain row they may not use, a named provider outside
     their chains, a forced provider without the permissions. Never the mock."""
     if principal is None:
         return frozenset()
+    config = config or current()
     names = [n for n in names if n != MOCK_PROVIDER_NAME]
     if forced:
-        ok = all(principal.can_force_provider and provider_allowed(n, principal) for n in names)
+        ok = all(
+            principal.can_force_provider and provider_allowed(n, principal, config) for n in names
+        )
         return frozenset() if ok else frozenset(names)
     denied: set[str] = set()
-    if chain_name and not chain_allowed(chain_name, principal):
+    if chain_name and not chain_allowed(chain_name, principal, config):
         denied.update(names)
     if requested_provider and requested_provider != MOCK_PROVIDER_NAME:
-        if provider_allowed(requested_provider, principal):
+        if provider_allowed(requested_provider, principal, config):
             denied.discard(requested_provider)
         else:
             denied.add(requested_provider)

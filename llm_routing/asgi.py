@@ -3,8 +3,8 @@
 Django's ASGI handler refuses the ``lifespan`` protocol, so a server has nowhere to say
 "this worker stops". This wrapper answers it: at shutdown, on the worker's own event
 loop, the adapters' pooled async HTTP clients are closed
-(``llm_routing.providers.registry.aclose_all``, when the installed version has it), so
-no connection is dropped mid-request and nothing warns about an unclosed client. Every
+(``llm_routing.providers.registry.aclose_all``), so nothing warns about an unclosed
+client and no socket outlives its loop. Every
 other scope goes to the wrapped application unchanged::
 
     # asgi.py
@@ -16,7 +16,6 @@ other scope goes to the wrapped application unchanged::
 
 from __future__ import annotations
 
-import inspect
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -32,15 +31,10 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
 async def close_async_clients() -> None:
-    """Close every pooled async HTTP client the adapters opened on this event loop."""
-    from .providers import registry
+    """Close every pooled adapter and its async HTTP clients (this event loop's)."""
+    from .providers import registry  # not at import: asgi.py imports this before setup
 
-    aclose_all = getattr(registry, "aclose_all", None)
-    if aclose_all is None:  # an adapters module without async clients: nothing to close
-        return
-    result = aclose_all()
-    if inspect.isawaitable(result):
-        await result
+    await registry.aclose_all()
 
 
 def with_lifespan(app: ASGIApp) -> ASGIApp:

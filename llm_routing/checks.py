@@ -7,10 +7,13 @@ llm_routing.E001      unknown key in settings.LLM_ROUTING
 llm_routing.E002      LLM_ROUTING is not a dict / a value has the wrong type
 llm_routing.E003      a provider row has an unknown kind
 llm_routing.E004      a provider's api_key_env fails validation (pattern, deny-list)
+llm_routing.E005      RECORD_MODE is neither "inline" nor "write_behind"
 llm_routing.W001      an enabled provider's key variable is missing (unset/empty)
 llm_routing.W002      a chain has no enabled entry with an enabled provider
+llm_routing.W003      write-behind recording without SPOOL_DIR (refused batches are lost)
 llm_routing.I001      no default chain in the database and no DEFAULT_CHAIN setting
 llm_routing.W010      httpx / httpcore debug logging is on (it logs request headers)
+llm_routing.E010      HTTP_MAX_CONNECTIONS / HTTP_MAX_KEEPALIVE are not usable pool limits
 ====================  ==========================================================
 
 E003, E004, W001, W002 and I001 read the configuration rows. They are registered with
@@ -64,6 +67,11 @@ MESSAGES: dict[str, tuple[str, str]] = {
         "api_key_env holds the NAME of an environment variable (A-Z, 0-9, _), never the key, "
         "and may not name a deployment secret such as SECRET_KEY or DATABASE_URL.",
     ),
+    "E005": (
+        "LLM_ROUTING['RECORD_MODE'] is {value!r}.",
+        'Use "inline" (the decision is written before the router returns) or '
+        '"write_behind" (queued for a background writer); see docs/production.md.',
+    ),
     "W001": (
         "Provider {name!r} is enabled but {problem}.",
         "Set the variable in the environment of every web and worker process, or disable "
@@ -73,6 +81,11 @@ MESSAGES: dict[str, tuple[str, str]] = {
         "Chain {name!r} has no enabled entry with an enabled provider{detail}.",
         "Enable an entry (or its provider) in the admin, or add one; until then every "
         "request routed to this chain is answered by the mock backstop.",
+    ),
+    "W003": (
+        "Write-behind recording is on but LLM_ROUTING['SPOOL_DIR'] is not set.",
+        "Set SPOOL_DIR to a local, persistent directory: without it a batch the database "
+        "refuses, or a decision that finds the queue full, is only logged as lost.",
     ),
     "I001": (
         "No default chain is configured.",
@@ -85,6 +98,11 @@ MESSAGES: dict[str, tuple[str, str]] = {
         "calls are logged.",
         "Set these loggers to INFO or higher in production; llm_routing redacts known key "
         "values from their records, but headers of other services are not covered.",
+    ),
+    "E010": (
+        "The HTTP connection-pool limits are invalid: {detail}.",
+        "HTTP_MAX_CONNECTIONS and HTTP_MAX_KEEPALIVE are whole numbers of at least 1, and "
+        "HTTP_MAX_KEEPALIVE is at most HTTP_MAX_CONNECTIONS (see docs/configuration.md).",
     ),
 }
 
@@ -115,6 +133,14 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
     spool_dir = user.get("SPOOL_DIR")
     if spool_dir is not None and not isinstance(spool_dir, str | os.PathLike):
         errors.append(_message(checks.Error, "E002", detail="SPOOL_DIR must be a path or None"))
+    mode = user.get("RECORD_MODE", "inline")
+    if mode not in ("inline", "write_behind"):
+        errors.append(_message(checks.Error, "E005", value=mode))
+    elif mode == "write_behind" and not user.get("SPOOL_DIR"):
+        errors.append(_message(checks.Warning, "W003"))
+    if isinstance(user.get("RECORD_QUEUE_SIZE"), bool | float):  # the rest: below
+        detail = "RECORD_QUEUE_SIZE must be a whole number of records"
+        errors.append(_message(checks.Error, "E002", detail=detail))
     for key, default in DEFAULTS.items():
         if (
             key in user
@@ -123,6 +149,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
             and (not isinstance(user[key], int | float) or user[key] <= 0)
         ):
             errors.append(_message(checks.Error, "E002", detail=f"{key} must be a positive number"))
+    errors.extend(_pool_limit_messages(user))
     if not unknown and not errors:
         from .resilience.breaker import Policy
 
@@ -131,6 +158,28 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
         except ImproperlyConfigured as exc:
             errors.append(_message(checks.Error, "E002", detail=str(exc).rstrip(".")))
     return errors
+
+
+def _pool_limit_messages(user: dict[str, Any]) -> list[checks.CheckMessage]:
+    """E010: the adapters' connection-pool bounds (httpx.Limits) must be whole numbers
+    of at least 1, the idle bound within the total."""
+    limits = {
+        key: user.get(key, DEFAULTS[key]) for key in ("HTTP_MAX_CONNECTIONS", "HTTP_MAX_KEEPALIVE")
+    }
+    for key, value in limits.items():
+        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+            return []  # not a positive number: E002 says so
+        if not isinstance(value, int):
+            return [_message(checks.Error, "E010", detail=f"{key} must be a whole number")]
+    if limits["HTTP_MAX_KEEPALIVE"] > limits["HTTP_MAX_CONNECTIONS"]:
+        return [
+            _message(
+                checks.Error,
+                "E010",
+                detail="HTTP_MAX_KEEPALIVE is larger than HTTP_MAX_CONNECTIONS",
+            )
+        ]
+    return []
 
 
 def _tables_exist(alias: str, *tables: str) -> bool:

@@ -78,6 +78,10 @@ DEFAULTS: dict[str, Any] = {
     "CONNECT_TIMEOUT_S": 5.0,
     # Largest upstream response body read, in bytes.
     "MAX_RESPONSE_BYTES": 4_194_304,
+    # Connection pool of each provider's HTTP client (sync, and async per event loop):
+    # at most this many connections open at once, and this many kept idle for reuse.
+    "HTTP_MAX_CONNECTIONS": 1000,
+    "HTTP_MAX_KEEPALIVE": 100,
     # Django cache alias holding circuit state (shared when it is Redis).
     "CACHE_ALIAS": "default",
     # --- circuit breaker (issue 4) — docs/circuit-breakers.md --------------------------
@@ -102,7 +106,7 @@ DEFAULTS: dict[str, Any] = {
     "STREAM_IDLE_TIMEOUT_S": 30.0,
     # --- HTTP API --------------------------------------------------------------------
     "API_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.TokenAuthentication",
+        "llm_routing.api.authentication.TokenAuthentication",
         "llm_routing.api.authentication.BearerTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
@@ -117,6 +121,12 @@ DEFAULTS: dict[str, Any] = {
     # Directory where routing decisions the database refused are appended as JSON lines
     # (manage.py llm_routing_spool_flush writes them later). None: not kept, only logged.
     "SPOOL_DIR": None,
+    # --- recording (issue 14) ----------------------------------------------------------
+    # "inline": the sync router writes the decision before it returns; "write_behind":
+    # it queues it for a background writer (the async path always does).
+    "RECORD_MODE": "inline",
+    # Bound of the write-behind queue (records); a record past it is spooled.
+    "RECORD_QUEUE_SIZE": 10_000,
     # --- retention --------------------------------------------------------------------
     "RETENTION_DAYS": 30,
     # --- jobs and retention (issue 6) ---------------------------------------------------

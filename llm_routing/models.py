@@ -11,13 +11,16 @@ from __future__ import annotations
 import fnmatch
 import os
 import uuid
-from typing import Any
+from collections.abc import Iterable
+from typing import Any, TypeVar
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import Q
+from django.utils import timezone
 
+from .signals import config_changed
 from .types import MOCK_PROVIDER_NAME, ProviderConfig
 from .validators import validate_api_key_env, validate_base_url
 
@@ -29,7 +32,40 @@ __all__ = [
     "Provider",
     "RoutingDecision",
     "RoutingRule",
+    "rule_matches",
 ]
+
+_M = TypeVar("_M", bound=models.Model)
+
+
+class ConfigQuerySet(models.QuerySet[_M]):
+    """The configuration models' queryset: its bulk writes, which send no
+    ``post_save``, send ``config_changed`` (the config snapshot is rebuilt)."""
+
+    def update(self, **kwargs: Any) -> int:
+        count = super().update(**kwargs)
+        config_changed.send(sender=self.model, using=self.db)
+        return count
+
+    def bulk_create(self, objs: Iterable[_M], *args: Any, **kwargs: Any) -> list[_M]:
+        created = super().bulk_create(objs, *args, **kwargs)
+        config_changed.send(sender=self.model, using=self.db)
+        return created
+
+    def bulk_update(self, objs: Iterable[_M], fields: Any, *args: Any, **kwargs: Any) -> int:
+        count = super().bulk_update(objs, fields, *args, **kwargs)
+        config_changed.send(sender=self.model, using=self.db)
+        return count
+
+
+def rule_matches(rule_route: str, task_glob: str, *, task: str, route: str | None) -> bool:
+    """Whether a rule keyed on ``rule_route`` / ``task_glob`` matches a request (both
+    conditions that are set must hold; a rule with neither matches nothing)."""
+    if rule_route and rule_route != (route or ""):
+        return False
+    if task_glob and not fnmatch.fnmatchcase(task, task_glob):
+        return False
+    return bool(rule_route or task_glob)
 
 
 _INHERIT_HELP = "Unknown: inherit what the adapter kind declares; Yes/No: override it."
@@ -87,6 +123,8 @@ class Provider(models.Model):
     )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
+
+    objects = ConfigQuerySet["Provider"].as_manager()
 
     class Meta:
         ordering = ["name"]
@@ -188,6 +226,8 @@ class Chain(models.Model):
         help_text="Groups whose members may use this chain.",
     )
 
+    objects = ConfigQuerySet["Chain"].as_manager()
+
     class Meta:
         ordering = ["name"]
         permissions = [
@@ -224,6 +264,8 @@ class ChainEntry(models.Model):
     )
     enabled = models.BooleanField(default=True)
 
+    objects = ConfigQuerySet["ChainEntry"].as_manager()
+
     class Meta:
         ordering = ["chain", "position"]
         verbose_name_plural = "chain entries"
@@ -252,6 +294,8 @@ class RoutingRule(models.Model):
     )
     chain = models.ForeignKey(Chain, on_delete=models.PROTECT, related_name="rules")
 
+    objects = ConfigQuerySet["RoutingRule"].as_manager()
+
     class Meta:
         ordering = ["priority", "name"]
 
@@ -265,11 +309,7 @@ class RoutingRule(models.Model):
             )
 
     def matches(self, *, task: str, route: str | None) -> bool:
-        if self.route and self.route != (route or ""):
-            return False
-        if self.task_glob and not fnmatch.fnmatchcase(task, self.task_glob):
-            return False
-        return bool(self.route or self.task_glob)
+        return rule_matches(self.route, self.task_glob, task=task, route=route)
 
 
 class RoutingDecision(models.Model):
@@ -288,7 +328,10 @@ class RoutingDecision(models.Model):
     input_length = models.PositiveIntegerField()
     input_sha256 = models.CharField(max_length=64)
     total_latency_ms = models.FloatField(default=0.0)
-    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    # When the decision was made, set by the recorder (a write-behind batch or the spool's
+    # replay writes it later); not auto_now_add, which would overwrite it with the write
+    # time.
+    created_at = models.DateTimeField(default=timezone.now, editable=False, db_index=True)
 
     class Meta:
         ordering = ["-created_at"]

@@ -31,10 +31,11 @@ from typing import Any
 
 from .access import denied_candidates
 from .conf import routing_settings
+from .dbconn import release_pooled_connections
 from .errors import NetworkError, ProviderError, ResponseError
 from .explanation import CandidateExplanation, Explanation
 from .logging import known_key_values
-from .models import Chain, Provider, RoutingRule
+from .models import Provider
 from .providers.base import BaseProvider, validate_structured
 from .providers.mock import MockProvider
 from .providers.registry import get_adapter, is_known_kind
@@ -44,6 +45,7 @@ from .resilience.budget import Budget
 from .resilience.retry import Invoke, call_with_retries, deadline_caused
 from .sanitize import KeyGuard, redacted, sanitized, scrub_error
 from .signals import after_provider_result, before_provider_call, on_provider_fallback, send
+from .snapshot import ConfigSnapshot, RuleSpec, current
 from .types import (
     CAPABILITIES,
     MOCK_PROVIDER_NAME,
@@ -124,15 +126,13 @@ def _dedup_mock_last(
     return tuple(out)
 
 
-def _first_matching_rule(request: AuditRequest) -> RoutingRule | None:
-    for rule in RoutingRule.objects.filter(enabled=True).select_related("chain"):
-        if rule.matches(task=request.task, route=request.route):
-            return rule
-    return None
+def _first_matching_rule(request: AuditRequest, config: ConfigSnapshot) -> RuleSpec | None:
+    return config.first_matching_rule(task=request.task, route=request.route)
 
 
-def resolve(request: AuditRequest) -> Plan:
-    """Step 1 of the algorithm (reads configuration rows, writes nothing)."""
+def resolve(request: AuditRequest, config: ConfigSnapshot | None = None) -> Plan:
+    """Step 1 of the algorithm (reads the config snapshot — no rows — writes nothing)."""
+    config = config if config is not None else current()
     if request.force_provider:
         return Plan(
             router_mode="forced",
@@ -145,8 +145,8 @@ def resolve(request: AuditRequest) -> Plan:
     chain_name: str | None = None
     rule_name: str | None = None
     mode: RouterMode = "default"
-    named = Chain.objects.filter(name=request.chain).first() if request.chain else None
-    rule = None if named is not None else _first_matching_rule(request)
+    named = config.chain(request.chain) if request.chain else None
+    rule = None if named is not None else _first_matching_rule(request, config)
     routes = routing_settings.ROUTES or {}
     if named is not None:
         fallbacks = named.provider_names()
@@ -160,7 +160,7 @@ def resolve(request: AuditRequest) -> Plan:
     elif request.route and request.route in routes:
         fallbacks = [(str(n), "") for n in routes[request.route]]
         chain_name = f"route:{request.route}"
-    elif (default := Chain.objects.filter(is_default=True).first()) is not None:
+    elif (default := config.default_chain) is not None:
         fallbacks = default.provider_names()
         chain_name = default.name
         stream_mode = default.stream_mode
@@ -209,7 +209,7 @@ def missing_capability(adapter: BaseProvider, request: AuditRequest) -> str | No
     return None
 
 
-def _denied(plan: Plan, request: AuditRequest) -> frozenset[str]:
+def _denied(plan: Plan, request: AuditRequest, config: ConfigSnapshot) -> frozenset[str]:
     """The plan's candidates this request's caller may not use (``not_allowed``)."""
     return denied_candidates(
         principal=request.principal,
@@ -217,6 +217,7 @@ def _denied(plan: Plan, request: AuditRequest) -> frozenset[str]:
         chain_name=plan.chain_name,
         requested_provider=plan.requested_provider,
         forced=plan.router_mode == "forced",
+        config=config,
     )
 
 
@@ -370,20 +371,28 @@ class _Session:
     """One routed request: its plan, walk, budget; shared by route() and route_stream()."""
 
     def __init__(
-        self, request: AuditRequest, *, request_id: str | None, sleeper: Sleeper | None
+        self,
+        request: AuditRequest,
+        *,
+        request_id: str | None,
+        sleeper: Sleeper | None,
+        config: ConfigSnapshot | None = None,
     ) -> None:
         self.started = time.perf_counter()
         self.request = request
         self.sleeper = sleeper
         self.walk = _Walk(request_id=request_id or str(uuid.uuid4()))
-        self.plan = resolve(request)
-        self.rows = {p.name: p for p in Provider.objects.filter(name__in=self.plan.names)}
+        # The configuration snapshot (the async driver passes ``await acurrent()``).
+        self.config = config if config is not None else current()
+        self.plan = resolve(request, self.config)
+        self.rows = self.config.rows(self.plan.names)
         self.budget = Budget(
             deadline_s=float(routing_settings.REQUEST_DEADLINE_S),
             max_attempts=int(routing_settings.MAX_ATTEMPTS),
         )
         # Candidates the caller may not use: skipped as not_allowed (docs/operations.md).
-        self.denied = _denied(self.plan, request)
+        self.denied = _denied(self.plan, request, self.config)
+        release_pooled_connections()  # no pooled connection held across upstream calls
 
     @property
     def request_id(self) -> str:
@@ -566,10 +575,11 @@ def explain(request: AuditRequest) -> Explanation:
     cannot foresee: a provider failing, and the budget running out after earlier
     attempts (every verdict assumes a fresh budget).
     """
-    plan = resolve(request)
-    rows = {p.name: p for p in Provider.objects.filter(name__in=plan.names)}
+    snap = current()
+    plan = resolve(request, snap)
+    rows = snap.rows(plan.names)
     forced = plan.router_mode == "forced"
-    denied = _denied(plan, request)
+    denied = _denied(plan, request, snap)
     out: list[CandidateExplanation] = []
     for position, (name, model) in enumerate(plan.candidates):
         row = rows.get(name)

@@ -6,6 +6,10 @@
   skipped or failed and the router moves on.
 
 Receivers never get the raw input or a key.
+
+- ``config_changed(sender, using)`` — configuration rows changed in bulk (a
+  ``QuerySet.update``, ``bulk_create`` or ``bulk_update`` of Provider, Chain,
+  ChainEntry or RoutingRule, which send no ``post_save``); the config snapshot listens.
 """
 
 from __future__ import annotations
@@ -15,13 +19,20 @@ from typing import Any
 
 from django.dispatch import Signal
 
-__all__ = ["after_provider_result", "before_provider_call", "on_provider_fallback", "send"]
+__all__ = [
+    "after_provider_result",
+    "before_provider_call",
+    "config_changed",
+    "on_provider_fallback",
+    "send",
+]
 
 logger = logging.getLogger("llm_routing.signals")
 
 before_provider_call = Signal()
 after_provider_result = Signal()
 on_provider_fallback = Signal()
+config_changed = Signal()
 
 
 def send(signal: Signal, **kwargs: Any) -> None:

@@ -25,7 +25,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +36,7 @@ try:
 except ImportError:  # pragma: no cover - not on Windows
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["CURRENT", "REJECTED", "append", "claim", "lines", "spool_dir"]
+__all__ = ["CURRENT", "REJECTED", "append", "append_many", "claim", "lines", "spool_dir"]
 
 logger = logging.getLogger("llm_routing.spool")
 
@@ -56,16 +56,27 @@ def spool_dir() -> Path | None:
 
 def append(rows: dict[str, Any], *, name: str = CURRENT) -> Path | None:
     """Append one decision as a JSON line; the file, or None when spooling is off."""
+    return append_many([rows], name=name)
+
+
+def append_many(batch: Sequence[dict[str, Any]], *, name: str = CURRENT) -> Path | None:
+    """Append decisions as JSON lines in one write and one ``fsync`` (a write-behind
+    batch the database refused); the file, or None when spooling is off."""
     directory = spool_dir()
     if directory is None:
         return None
     target = directory / name
-    line = (json.dumps(rows, ensure_ascii=True, sort_keys=True) + "\n").encode("ascii")
+    data = b"".join(
+        (json.dumps(rows, ensure_ascii=True, sort_keys=True) + "\n").encode("ascii")
+        for rows in batch
+    )
     fd = os.open(target, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     try:
         if fcntl is not None:
             fcntl.flock(fd, fcntl.LOCK_EX)
-        os.write(fd, line)
+        view = memoryview(data)
+        while view:  # a regular file takes it whole; a short write is finished
+            view = view[os.write(fd, view) :]
         os.fsync(fd)
     finally:
         os.close(fd)  # also releases the lock

@@ -77,6 +77,19 @@ TEMPLATES = [
 DATABASES = {"default": env.db("DATABASE_URL", default=f"sqlite:///{BASE_DIR / 'db.sqlite3'}")}
 DATABASES["default"].setdefault("CONN_MAX_AGE", env.int("CONN_MAX_AGE", default=0))
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+# PostgreSQL: a bounded connection pool per worker process (psycopg's pool, Django's
+# "pool" option; docs/production.md "PostgreSQL connection pool"). Django requires
+# CONN_MAX_AGE = 0 with it: a connection goes back to the pool when Django closes it.
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and env.bool(
+    "DB_POOL", default=True
+):
+    DATABASES["default"]["CONN_MAX_AGE"] = 0
+    DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+        "min_size": env.int("DB_POOL_MIN", default=2),
+        "max_size": env.int("DB_POOL_MAX", default=8),
+        # A request waits at most this long for a free connection, then fails (500).
+        "timeout": env.float("DB_POOL_TIMEOUT", default=10.0),
+    }
 
 # CACHE_URL wins; REDIS_URL alone selects Django's Redis backend (circuits shared by all
 # workers). Bounded socket timeouts: a dead Redis must fail fast, never hang a request.
@@ -136,6 +149,9 @@ LLM_ROUTING = {
     "RETENTION_BATCH_SIZE": env.int("LLM_ROUTING_RETENTION_BATCH_SIZE", default=1000),
     # Decisions the database refuses are kept here until llm_routing_spool_flush.
     "SPOOL_DIR": env.str("LLM_ROUTING_SPOOL_DIR", default="") or None,
+    # "inline" (written before the answer) or "write_behind" (docs/production.md).
+    "RECORD_MODE": env.str("LLM_ROUTING_RECORD_MODE", default="inline"),
+    "RECORD_QUEUE_SIZE": env.int("LLM_ROUTING_RECORD_QUEUE_SIZE", default=10_000),
     "API_THROTTLE_RATES": {
         "user": env.str("LLM_ROUTING_USER_RATE", default="120/min"),
         "anon": env.str("LLM_ROUTING_ANON_RATE", default="10/min"),

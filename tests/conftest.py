@@ -12,6 +12,8 @@ import pytest
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
+from llm_routing import snapshot
+from llm_routing.api.authentication import clear_token_cache
 from llm_routing.errors import ProviderError
 from llm_routing.models import Chain, ChainEntry, Provider
 from llm_routing.providers import registry
@@ -155,7 +157,12 @@ def _clear_cache() -> Iterator[None]:
 
     for alias in caches:
         caches[alias].clear()
+    # The test database is rolled back after each test (no signal): forget the snapshot.
+    snapshot.clear()
+    clear_token_cache()
     yield
+    snapshot.clear()
+    clear_token_cache()
     registry.clear_adapter_cache()
 
 

@@ -195,3 +195,23 @@ def test_chain_page_has_drag_handles_self_hosted(admin_client, three):
     html = text.decode()
     assert "llm_routing/admin/chain_order.js" in html
     assert "cdn" not in html.lower()
+
+
+def test_an_admin_reorder_is_routed_by_the_next_request(admin_client, three):
+    # The config snapshot (llm_routing.snapshot) sees the admin's two-phase save at once.
+    from llm_routing.router import route
+    from llm_routing.types import AuditRequest
+
+    chain, (a, b, _), (ea, eb) = three
+    request = AuditRequest(task="t", input_text="x", chain="main")
+    assert route(request, persist=False).result.provider == "a"
+    response = post(
+        admin_client,
+        chain,
+        [
+            {"id": ea.pk, "position": 1, "provider": a.pk},
+            {"id": eb.pk, "position": 0, "provider": b.pk},
+        ],
+    )
+    assert response.status_code == 302
+    assert route(request, persist=False).result.provider == "b"

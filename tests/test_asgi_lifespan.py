@@ -42,16 +42,10 @@ def test_shutdown_awaits_aclose_all(monkeypatch: pytest.MonkeyPatch) -> None:
     async def aclose_all() -> None:
         closed.append("closed")
 
-    monkeypatch.setattr(registry, "aclose_all", aclose_all, raising=False)
+    monkeypatch.setattr(registry, "aclose_all", aclose_all)
     sent = drive(with_lifespan(django_would_refuse), {"type": "lifespan"}, LIFESPAN)
     assert sent == [{"type": "lifespan.startup.complete"}, {"type": "lifespan.shutdown.complete"}]
     assert closed == ["closed"]
-
-
-def test_shutdown_without_aclose_all_still_completes(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delattr(registry, "aclose_all", raising=False)
-    sent = drive(with_lifespan(django_would_refuse), {"type": "lifespan"}, LIFESPAN)
-    assert sent[-1] == {"type": "lifespan.shutdown.complete"}
 
 
 def test_a_failing_close_is_logged_and_shutdown_completes(
@@ -60,7 +54,7 @@ def test_a_failing_close_is_logged_and_shutdown_completes(
     async def aclose_all() -> None:
         raise OSError("socket already gone")
 
-    monkeypatch.setattr(registry, "aclose_all", aclose_all, raising=False)
+    monkeypatch.setattr(registry, "aclose_all", aclose_all)
     sent = drive(with_lifespan(django_would_refuse), {"type": "lifespan"}, LIFESPAN)
     assert sent[-1] == {"type": "lifespan.shutdown.complete"}
     assert "Closing the async HTTP clients failed (OSError)" in caplog.text
@@ -69,3 +63,13 @@ def test_a_failing_close_is_logged_and_shutdown_completes(
 def test_http_goes_to_the_wrapped_application() -> None:
     sent = drive(with_lifespan(django_would_refuse), {"type": "http"}, [])
     assert sent == [{"type": "http.response.start", "status": 204, "headers": []}]
+
+
+def test_shutdown_closes_the_pooled_adapters_for_real() -> None:
+    from llm_routing.types import ProviderConfig
+
+    config = ProviderConfig(name="p", kind="openai_compatible", model="m")
+    adapter = registry.get_adapter(config)
+    sent = drive(with_lifespan(django_would_refuse), {"type": "lifespan"}, LIFESPAN)
+    assert sent[-1] == {"type": "lifespan.shutdown.complete"}
+    assert registry.get_adapter(config) is not adapter  # the pool was emptied and rebuilt

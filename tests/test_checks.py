@@ -54,6 +54,39 @@ def test_e002_malformed_setting(value: object, detail: str) -> None:
     assert detail in messages[0].msg
 
 
+@pytest.mark.parametrize(
+    ("value", "detail"),
+    [
+        ({"HTTP_MAX_CONNECTIONS": 10.5}, "HTTP_MAX_CONNECTIONS must be a whole number"),
+        ({"HTTP_MAX_KEEPALIVE": 2.0}, "HTTP_MAX_KEEPALIVE must be a whole number"),
+        ({"HTTP_MAX_CONNECTIONS": 10}, "HTTP_MAX_KEEPALIVE is larger than HTTP_MAX_CONNECTIONS"),
+        (
+            {"HTTP_MAX_CONNECTIONS": 5, "HTTP_MAX_KEEPALIVE": 6},
+            "HTTP_MAX_KEEPALIVE is larger than HTTP_MAX_CONNECTIONS",
+        ),
+    ],
+)
+def test_e010_http_pool_limits(value: dict[str, object], detail: str) -> None:
+    with override_settings(LLM_ROUTING=value):
+        messages = check_settings()
+    assert ids(messages) == ["llm_routing.E010"]
+    assert detail in messages[0].msg
+
+
+@pytest.mark.parametrize(
+    "value",
+    [{}, {"HTTP_MAX_CONNECTIONS": 10, "HTTP_MAX_KEEPALIVE": 10}, {"HTTP_MAX_KEEPALIVE": 1}],
+)
+def test_e010_accepts_usable_pool_limits(value: dict[str, object]) -> None:
+    with override_settings(LLM_ROUTING=value):
+        assert check_settings() == []
+
+
+def test_a_non_positive_pool_limit_is_e002_only() -> None:
+    with override_settings(LLM_ROUTING={"HTTP_MAX_KEEPALIVE": 0}):
+        assert ids(check_settings()) == ["llm_routing.E002"]
+
+
 @pytest.mark.django_db
 def test_e003_unknown_kind() -> None:
     Provider.objects.create(name="weird", kind="no-such-kind")

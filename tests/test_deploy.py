@@ -71,7 +71,8 @@ def test_production_env_selects_postgres_redis_and_a_real_broker() -> None:
     assert result.returncode == 0, result.stderr
     shown = json.loads(result.stdout)
     assert shown["db"] == "django.db.backends.postgresql"
-    assert shown["max_age"] == 60 and shown["health"] is True
+    # PostgreSQL: the connection pool is on, which requires CONN_MAX_AGE = 0.
+    assert shown["max_age"] == 0 and shown["health"] is True
     assert shown["cache"] == "django.core.cache.backends.redis.RedisCache"
     assert shown["eager"] is False
     assert shown["broker"] == "redis://cache.internal:6379/1"

@@ -1,17 +1,98 @@
-"""``Authorization: Bearer <token>`` with DRF's tokens (what OpenAI clients send)."""
+"""DRF token authentication with the token → user lookup cached briefly in process.
+
+``Authorization: Token <key>`` (:class:`TokenAuthentication`) and ``Authorization:
+Bearer <key>`` (:class:`BearerTokenAuthentication`, what OpenAI clients send) use the
+same DRF tokens. A looked-up token is kept in this process for :data:`TOKEN_CACHE_TTL_S`
+(5 s), so a request normally costs no query for authentication (and, through the cached
+user, none for the caller's groups and permissions either).
+
+Staleness (docs/production.md, "Caches and their staleness"): in the process where the
+change is made, deleting a token, saving a user, or changing a user's groups or
+permissions (or a group's permissions) empties the cache at once; in every other
+process a revoked token, a deactivated user or a removed permission stays in effect up
+to 5 s.
+"""
 
 from __future__ import annotations
 
+import threading
+import time
 from typing import Any
 
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
+from django.db.models.signals import m2m_changed, post_delete, post_save
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
-from rest_framework.authentication import TokenAuthentication
+from rest_framework import authentication
 
-__all__ = ["BearerTokenAuthentication"]
+__all__ = [
+    "TOKEN_CACHE_MAX_ENTRIES",
+    "TOKEN_CACHE_TTL_S",
+    "BearerTokenAuthentication",
+    "TokenAuthentication",
+    "clear_token_cache",
+]
+
+#: How long a looked-up token is trusted without asking the database.
+TOKEN_CACHE_TTL_S = 5.0
+#: At most this many tokens are kept (the cache is emptied when it is full).
+TOKEN_CACHE_MAX_ENTRIES = 10_000
+
+_clock = time.monotonic  # a fake clock in tests
+_lock = threading.Lock()
+_cache: dict[str, tuple[float, Any, Any]] = {}  # key -> (expires at, user, token)
+_connected = False
+
+
+def clear_token_cache(**_: Any) -> None:
+    """Forget every cached token (signal receivers; tests)."""
+    with _lock:
+        _cache.clear()
+
+
+class TokenAuthentication(authentication.TokenAuthentication):
+    """DRF's ``TokenAuthentication`` whose lookup is cached for ``TOKEN_CACHE_TTL_S``."""
+
+    def authenticate_credentials(self, key: str) -> tuple[Any, Any]:
+        if not _connected:
+            _connect(self.get_model())
+        now = _clock()
+        hit = _cache.get(key)
+        if hit is not None and hit[0] > now:
+            return hit[1], hit[2]
+        user, token = super().authenticate_credentials(key)
+        with _lock:
+            if len(_cache) >= TOKEN_CACHE_MAX_ENTRIES:
+                _cache.clear()
+            _cache[key] = (now + TOKEN_CACHE_TTL_S, user, token)
+        return user, token
 
 
 class BearerTokenAuthentication(TokenAuthentication):
     keyword = "Bearer"
+
+
+def _on_token_deleted(sender: Any, instance: Any, **kwargs: Any) -> None:
+    with _lock:
+        _cache.pop(str(instance.key), None)
+
+
+def _connect(token_model: Any) -> None:
+    """Wire the invalidation receivers (once, at the first lookup: the token app is
+    only required by hosts that use token authentication)."""
+    global _connected
+    user_model = get_user_model()
+    post_delete.connect(_on_token_deleted, sender=token_model, dispatch_uid="llmr-token-del")
+    post_save.connect(clear_token_cache, sender=token_model, dispatch_uid="llmr-token-save")
+    post_save.connect(clear_token_cache, sender=user_model, dispatch_uid="llmr-token-user")
+    post_delete.connect(clear_token_cache, sender=user_model, dispatch_uid="llmr-token-user-del")
+    throughs = [Group.permissions.through]
+    for name in ("groups", "user_permissions"):  # a custom user model may lack them
+        if (related := getattr(user_model, name, None)) is not None:
+            throughs.append(related.through)
+    for through in throughs:
+        m2m_changed.connect(clear_token_cache, sender=through, dispatch_uid=f"llmr-token-{through}")
+    _connected = True
 
 
 class BearerTokenScheme(OpenApiAuthenticationExtension):

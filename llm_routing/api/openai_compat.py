@@ -30,9 +30,9 @@ from rest_framework import exceptions, serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from ..access import allowed_chains, principal_for, provider_allowed
+from .. import snapshot
+from ..access import principal_for, provider_allowed
 from ..conf import routing_settings
-from ..models import Chain, Provider, RoutingRule
 from ..router import aroute_stream, route_stream
 from ..service import aexecute, execute
 from ..types import (
@@ -218,14 +218,12 @@ class ChatCompletionRequestSerializer(SamplingSerializer):
 
 def _select(model: str) -> dict[str, Any]:
     """``model`` → a chain, a route key, or a provider name."""
-    if Chain.objects.filter(name=model).exists():
+    config = snapshot.current()  # no configuration rows on the request path
+    if config.chain(model) is not None:
         return {"chain": model}
-    if (
-        model in (routing_settings.ROUTES or {})
-        or RoutingRule.objects.filter(route=model, enabled=True).exists()
-    ):
+    if model in (routing_settings.ROUTES or {}) or config.has_route_rule(model):
         return {"route": model}
-    if model == "mock" or Provider.objects.filter(name=model).exists():
+    if model == "mock" or config.provider(model) is not None:
         return {"provider": model}
     raise exceptions.NotFound(f"The model {model!r} does not exist (see GET /v1/models).")
 
@@ -635,18 +633,14 @@ class ModelsView(OpenAIErrorsMixin, RoutingAPIView):
         created = 0
         # Only what this caller may name (docs/operations.md, "Who may route where").
         principal = principal_for(request.user)
-        chains = allowed_chains(principal).order_by("name")
-        ids: list[tuple[str, str]] = [(c.name, "chain") for c in chains]
-        routes = set(routing_settings.ROUTES or {}) | set(
-            RoutingRule.objects.filter(enabled=True)
-            .exclude(route="")
-            .values_list("route", flat=True)
-        )
+        config = snapshot.current()
+        ids: list[tuple[str, str]] = [(c.name, "chain") for c in config.allowed_chains(principal)]
+        routes = set(routing_settings.ROUTES or {}) | {r.route for r in config.rules if r.route}
         ids += [(r, "route") for r in sorted(routes)]
         ids += [
-            (p.name, "provider")
-            for p in Provider.objects.filter(enabled=True).order_by("name")
-            if provider_allowed(p.name, principal)
+            (name, "provider")
+            for name, p in sorted(config.providers.items())
+            if p.enabled and provider_allowed(name, principal, config)
         ]
         if not any(name == "mock" for name, _ in ids):
             ids.append(("mock", "provider"))

@@ -8,23 +8,30 @@ router turns whatever escapes into a safe error result.
 
 The key is read from its environment variable at call time by :func:`read_api_key`
 and handed to :meth:`BaseProvider.complete`; adapters must not keep it.
+
+Each call has an async twin with the same semantics (:meth:`BaseProvider.acomplete`,
+:meth:`BaseProvider.astream`, :meth:`BaseProvider.aclose`): real ``httpx.AsyncClient``
+I/O in :class:`HttpProvider`, a worker thread for adapters written sync-only.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
 import threading
 import time
+import weakref
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Mapping
-from dataclasses import replace
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 import httpx
+from asgiref.sync import sync_to_async
 from django.views.decorators.debug import sensitive_variables
-from httpx_sse import EventSource
+from httpx_sse import EventSource, ServerSentEvent
 from jsonschema.exceptions import best_match
 
 from ..conf import routing_settings
@@ -57,6 +64,7 @@ __all__ = [
     "BaseProvider",
     "HttpProvider",
     "events_of",
+    "pool_limits",
     "read_api_key",
     "validate_structured",
 ]
@@ -122,6 +130,48 @@ class BaseProvider(ABC):
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release pooled resources (HTTP clients)."""
 
+    # === BEGIN async adapter interface (issue 14; branch adapters, authoritative) ======
+    # ``acomplete`` / ``astream`` / ``aclose``: the same semantics and exceptions as
+    # ``complete`` / ``stream`` / ``close``. These defaults serve adapters written
+    # against the sync interface: offline adapters (``result_mode == "mock"``) answer
+    # inline; any other runs its sync method in a worker thread
+    # (``sync_to_async(thread_sensitive=False)``; a stream pulls each event in one), so
+    # it never blocks the event loop. HttpProvider overrides them with real async I/O.
+    async def acomplete(
+        self, request: AuditRequest, *, api_key: str | None, timeout: float
+    ) -> ProviderResult:
+        """Call the upstream once from async code. Raise a ProviderError subclass on
+        failure."""
+        if self.result_mode == "mock":
+            return self.complete(request, api_key=api_key, timeout=timeout)
+        complete = sync_to_async(self.complete, thread_sensitive=False)
+        return await complete(request, api_key=api_key, timeout=timeout)
+
+    async def astream(
+        self, request: AuditRequest, *, api_key: str | None, timeout: float
+    ) -> AsyncIterator[StreamEvent]:
+        """:meth:`stream` as an async generator. Close it with ``aclose()`` (or
+        ``contextlib.aclosing``) when the consumer stops early: that closes the sync
+        iterator too (after a pull still running in its thread, never on the loop)."""
+        iterator = self.stream(request, api_key=api_key, timeout=timeout)
+        if self.result_mode != "mock":
+            async for event in _pulled_in_threads(iterator):
+                yield event
+            return
+        try:
+            for event in iterator:
+                yield event
+        finally:
+            close = getattr(iterator, "close", None)
+            if callable(close):
+                close()
+
+    async def aclose(self) -> None:
+        """Release pooled resources from async code (this default: :meth:`close`)."""
+        self.close()
+
+    # === END async adapter interface ==================================================
+
 
 class HttpProvider(BaseProvider):
     """Shared HTTP machinery of the vendor adapters: build payload → send → parse →
@@ -129,10 +179,16 @@ class HttpProvider(BaseProvider):
 
     One pooled :class:`httpx.Client` per adapter instance (the registry pools instances
     per provider configuration and closes them when the row changes), shared by every
-    thread: redirects are never followed, httpx's own transport retries are off (the one
-    retry layer is :mod:`llm_routing.resilience.retry`), the body is read by streaming
-    and cut at ``LLM_ROUTING["MAX_RESPONSE_BYTES"]``, and each call gets separate
-    connect / read / overall timeouts (see :meth:`timeouts`).
+    thread, and one :class:`httpx.AsyncClient` per adapter instance and event loop
+    (:attr:`aclient`): redirects are never followed, httpx's own transport retries are
+    off (the one retry layer is :mod:`llm_routing.resilience.retry`), the pool is
+    bounded by ``HTTP_MAX_CONNECTIONS`` / ``HTTP_MAX_KEEPALIVE``, the body is read by
+    streaming and cut at ``LLM_ROUTING["MAX_RESPONSE_BYTES"]``, and each call gets
+    separate connect / read / overall timeouts (see :meth:`timeouts`).
+
+    Only the I/O exists twice (:meth:`send` / :meth:`asend`, :meth:`stream` /
+    :meth:`astream`); payloads, headers, parsing, decoders, size limits, deadlines and
+    error classification are the same code for both (:class:`_StreamRun`).
 
     Subclasses implement :meth:`endpoint`, :meth:`auth_headers`, :meth:`build_payload`,
     :meth:`error_details` and :meth:`parse`.
@@ -141,17 +197,25 @@ class HttpProvider(BaseProvider):
     default_base_url: ClassVar[str] = ""
 
     def __init__(
-        self, config: ProviderConfig, *, transport: httpx.BaseTransport | None = None
+        self,
+        config: ProviderConfig,
+        *,
+        transport: httpx.BaseTransport | None = None,
+        async_transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         super().__init__(config)
         self._transport = transport
+        self._async_transport = async_transport
         self._client: httpx.Client | None = None
+        # id(loop) → (reference to the loop, its client); an AsyncClient's connections
+        # belong to the loop that opened them, so a client is never shared across loops.
+        self._aclients: dict[int, tuple[_LoopRef, httpx.AsyncClient]] = {}
         self._client_lock = threading.Lock()
         from ..logging import install
 
         install()  # idempotent: also covers loggers created after start-up
 
-    # --- the client ---------------------------------------------------------------
+    # --- the clients --------------------------------------------------------------
     @property
     def base_url(self) -> str:
         return (self.config.base_url or self.default_base_url).rstrip("/")
@@ -166,20 +230,79 @@ class HttpProvider(BaseProvider):
                     client = self._client = self._build_client()
         return client
 
-    def _build_client(self) -> httpx.Client:
-        return httpx.Client(
-            follow_redirects=False,
-            timeout=self.timeouts(self.config.timeout_s),
-            limits=httpx.Limits(max_connections=64, max_keepalive_connections=16),
-            headers={"user-agent": f"django-llm-routing/{_version()}"},
-            transport=self._transport or httpx.HTTPTransport(retries=0),
-        )
+    @property
+    def aclient(self) -> httpx.AsyncClient:
+        """The async client of the running event loop, built on its first use there
+        (call it from a coroutine)."""
+        loop = asyncio.get_running_loop()
+        entry = self._aclients.get(id(loop))
+        if entry is not None and entry[0]() is loop:
+            return entry[1]
+        with self._client_lock:
+            entry = self._aclients.get(id(loop))
+            if entry is not None and entry[0]() is loop:
+                return entry[1]
+            # Clients of loops that are gone or closed cannot be closed any more: drop.
+            for key, (ref, _) in list(self._aclients.items()):
+                owner = ref()
+                if owner is None or owner.is_closed():
+                    del self._aclients[key]
+            client = self._build_async_client()
+            self._aclients[id(loop)] = (_loop_ref(loop), client)
+        return client
 
-    def close(self) -> None:
+    def client_options(self) -> dict[str, Any]:
+        """What the sync and the async client share."""
+        return {
+            "follow_redirects": False,
+            "timeout": self.timeouts(self.config.timeout_s),
+            "headers": {"user-agent": f"django-llm-routing/{_version()}"},
+        }
+
+    def _build_client(self) -> httpx.Client:
+        # The limits go to the transport: httpx ignores a client's ``limits`` when it
+        # is given a transport.
+        transport = self._transport or httpx.HTTPTransport(retries=0, limits=pool_limits())
+        return httpx.Client(**self.client_options(), transport=transport)
+
+    def _build_async_client(self) -> httpx.AsyncClient:
+        transport = self._async_transport or httpx.AsyncHTTPTransport(
+            retries=0, limits=pool_limits()
+        )
+        return httpx.AsyncClient(**self.client_options(), transport=transport)
+
+    def _take_clients(
+        self,
+    ) -> tuple[
+        httpx.Client | None, list[tuple[asyncio.AbstractEventLoop | None, httpx.AsyncClient]]
+    ]:
         with self._client_lock:
             client, self._client = self._client, None
+            aclients = [(ref(), aclient) for ref, aclient in self._aclients.values()]
+            self._aclients.clear()
+        return client, aclients
+
+    def close(self) -> None:
+        """Close the sync client now; each async client is closed on its own loop when
+        that loop is running (scheduled, not waited for), else dropped."""
+        client, aclients = self._take_clients()
         if client is not None:
             client.close()
+        for loop, aclient in aclients:
+            _close_on_owner(loop, aclient)
+
+    async def aclose(self) -> None:
+        """Close every client: the running loop's async client is awaited, the others
+        are handled as in :meth:`close`."""
+        current = asyncio.get_running_loop()
+        client, aclients = self._take_clients()
+        if client is not None:
+            client.close()
+        for loop, aclient in aclients:
+            if loop is current:
+                await aclient.aclose()
+            else:
+                _close_on_owner(loop, aclient)
 
     def timeouts(self, overall: float) -> httpx.Timeout:
         """Connect: ``CONNECT_TIMEOUT_S`` (never above the row's first-token timeout);
@@ -198,14 +321,46 @@ class HttpProvider(BaseProvider):
         self, request: AuditRequest, *, api_key: str | None, timeout: float
     ) -> ProviderResult:
         started = time.perf_counter()
-        timeouts = self.timeouts(timeout)
-        deadline = time.monotonic() + float(timeouts.read or timeout)
-        payload = self.build_payload(request)
-        headers = {"content-type": "application/json", **self.auth_headers(api_key)}
-        status, response_headers, body = self.send(
-            self.endpoint(request), headers, payload, timeouts, deadline
+        call = self._prepare(request, api_key, timeout)
+        status, headers, body = self.send(
+            call.url, call.headers, call.payload, call.timeouts, call.deadline
         )
-        result = self.parse_answer(request, status, response_headers, body)
+        return self._result(request, started, status, headers, body)
+
+    async def acomplete(
+        self, request: AuditRequest, *, api_key: str | None, timeout: float
+    ) -> ProviderResult:
+        """:meth:`complete` on the running loop's :class:`httpx.AsyncClient`. A
+        subclass that overrides the sync :meth:`complete` or :meth:`send` (and not
+        this) keeps its override: it runs in a worker thread."""
+        if _overridden(self, "complete", "send"):
+            return await super().acomplete(request, api_key=api_key, timeout=timeout)
+        started = time.perf_counter()
+        call = self._prepare(request, api_key, timeout)
+        status, headers, body = await self.asend(
+            call.url, call.headers, call.payload, call.timeouts, call.deadline
+        )
+        return self._result(request, started, status, headers, body)
+
+    def _prepare(self, request: AuditRequest, api_key: str | None, timeout: float) -> _Call:
+        timeouts = self.timeouts(timeout)
+        return _Call(
+            url=self.endpoint(request),
+            headers={"content-type": "application/json", **self.auth_headers(api_key)},
+            payload=self.build_payload(request),
+            timeouts=timeouts,
+            deadline=time.monotonic() + float(timeouts.read or timeout),
+        )
+
+    def _result(
+        self,
+        request: AuditRequest,
+        started: float,
+        status: int,
+        headers: httpx.Headers,
+        body: bytes,
+    ) -> ProviderResult:
+        result = self.parse_answer(request, status, headers, body)
         return replace(result, latency_ms=(time.perf_counter() - started) * 1000)
 
     def parse_answer(
@@ -231,27 +386,37 @@ class HttpProvider(BaseProvider):
         deadline: float,
     ) -> tuple[int, httpx.Headers, bytes]:
         """POST ``payload``; read at most ``MAX_RESPONSE_BYTES`` before ``deadline``."""
-        limit = int(routing_settings.MAX_RESPONSE_BYTES)
+        client = self.client
         try:
-            with self.client.stream(
+            with client.stream(
                 "POST", url, json=payload, headers=dict(headers), timeout=timeouts
             ) as response:
-                declared = response.headers.get("content-length", "")
-                if declared.isdigit() and int(declared) > limit:
-                    raise ResponseError(
-                        f"The provider's response is larger than {limit} bytes.",
-                        http_status=response.status_code,
-                    )
+                _check_declared_size(response)
                 return response.status_code, response.headers, _read_limited(response, deadline)
-        except (httpx.HTTPError, httpx.InvalidURL) as exc:
+        except (httpx.HTTPError, httpx.InvalidURL, RuntimeError) as exc:
             # ``from None``: the httpx exception carries the URL and request; only the
             # classified, key-free error escapes.
-            raise from_httpx_exception(exc) from None
-        except RuntimeError:
-            # The registry closed this client (the provider row changed) mid-call.
-            if self._client is None or self._client.is_closed:
-                raise NetworkError("The HTTP client was closed during the call.") from None
-            raise
+            raise _call_failure(exc, client.is_closed) from None
+
+    async def asend(
+        self,
+        url: str,
+        headers: Mapping[str, str],
+        payload: Mapping[str, Any],
+        timeouts: httpx.Timeout,
+        deadline: float,
+    ) -> tuple[int, httpx.Headers, bytes]:
+        """:meth:`send` on the running loop's :class:`httpx.AsyncClient`."""
+        client = self.aclient
+        try:
+            async with client.stream(
+                "POST", url, json=payload, headers=dict(headers), timeout=timeouts
+            ) as response:
+                _check_declared_size(response)
+                body = await _aread_limited(response, deadline)
+                return response.status_code, response.headers, body
+        except (httpx.HTTPError, httpx.InvalidURL, RuntimeError) as exc:
+            raise _call_failure(exc, client.is_closed) from None
 
     # --- streaming ------------------------------------------------------------------
     def stream(
@@ -262,106 +427,132 @@ class HttpProvider(BaseProvider):
         Pre-first-token failures raise (the router may still fail over); a body that
         ends without a finish reason ends the generator without a StreamEnd (the
         router reports the cut); a malformed event is skipped and logged; a
-        structured answer is validated once complete.
+        structured answer is validated once complete. The per-phase deadlines are
+        enforced by the watchdog thread (:class:`StreamClock`).
         """
-        decoder = self.stream_decoder(request)
-        if decoder is None:  # a subclass without a native stream: answer in one piece
+        run = self._stream_run(request, api_key, timeout)
+        if run is None:  # a subclass without a native stream: answer in one piece
             yield from super().stream(request, api_key=api_key, timeout=timeout)
             return
-        overall = max(0.001, min(float(self.config.timeout_s), float(timeout)))
-        first_token = max(0.001, min(float(self.config.first_token_timeout_s), overall))
-        idle = max(0.001, float(routing_settings.STREAM_IDLE_TIMEOUT_S))
-        base = self.timeouts(timeout)
-        # Headers are waited for under the first-token timeout; body reads get a socket
-        # backstop below; the watchdog enforces the exact per-phase deadlines.
-        timeouts = httpx.Timeout(
-            connect=base.connect, read=first_token, write=overall, pool=base.pool
-        )
-        clock = StreamClock(first_token_s=first_token, idle_s=idle, overall_s=overall)
-        payload = self.stream_payload(request)
-        headers = {
-            "content-type": "application/json",
-            "accept": "text/event-stream",
-            **self.auth_headers(api_key),
-        }
-        limit = int(routing_settings.MAX_RESPONSE_BYTES)
+        client, clock = self.client, run.clock
         end: StreamEnd | None = None
         try:
             clock.waiting()
-            with self.client.stream(
-                "POST",
-                self.stream_endpoint(request),
-                json=payload,
-                headers=headers,
-                timeout=timeouts,
+            with client.stream(
+                "POST", run.url, json=run.payload, headers=run.headers, timeout=run.timeouts
             ) as response:
-                status = response.status_code
-                if status != 200 or not _is_event_stream(response):
+                if not run.is_stream(response):
                     body = _read_limited(response, clock.overall_at)
-                    yield from self._answer_in_one_piece(request, status, response.headers, body)
+                    yield from self._answer_in_one_piece(
+                        request, response.status_code, response.headers, body
+                    )
                     return
                 clock.attach(response)
-                _set_body_read_timeout(response, min(max(first_token, idle), overall))
-                skipped = 0
+                # Body reads get a socket backstop; the watchdog enforces the phases.
+                _set_body_read_timeout(response, run.body_read_timeout)
                 for event in EventSource(response).iter_sse():
                     clock.waiting()  # an event is not silence: the idle clock restarts
-                    if response.num_bytes_downloaded > limit:
-                        raise ResponseError(
-                            f"The provider's stream is larger than {limit} bytes.",
-                            http_status=status,
-                        )
-                    try:
-                        items = decoder.feed(event)
-                    except ProviderError as exc:
-                        # An in-band error is raised after the commit point too, where
-                        # no retry layer scrubs it: its vendor message may echo the key.
-                        raise _scrubbed(exc, api_key) from None
-                    except MalformedEvent:
-                        skipped += 1
-                        logger.warning(
-                            "Skipped a malformed stream event from %s (%d bytes, #%d)",
-                            self.config.name,
-                            len(event.data),
-                            skipped,
-                        )
-                        if skipped > self.max_skipped_events:
-                            raise ResponseError(
-                                "The provider's stream has too many malformed events."
-                            ) from None
-                        continue
-                    for item in items:
+                    for item in run.feed(event, response.num_bytes_downloaded):
                         clock.got_token()
                         clock.paused()
-                        if isinstance(item, str):
-                            yield StreamDelta(item)
-                        else:
-                            yield StreamToolCallDelta(item)
+                        yield item
                         clock.waiting()
-                    if decoder.done:
+                    if run.done:
                         break
-                if clock.expired and not decoder.done:  # an end marker beats a late alarm
-                    raise clock.error()
-                end = decoder.end()
-                # A tool-call answer carries no structured text to validate.
-                if (
-                    end is not None
-                    and request.response_schema is not None
-                    and (decoder.text or not end.tool_calls)
-                ):
-                    validate_structured(decoder.text, request.response_schema)
-        except (httpx.HTTPError, httpx.InvalidURL) as exc:
-            if clock.expired:
+                end = run.end()
+        except (httpx.HTTPError, httpx.InvalidURL, RuntimeError) as exc:
+            if clock.expired and isinstance(exc, httpx.HTTPError):
                 raise clock.error() from None
-            raise from_httpx_exception(exc) from None
-        except RuntimeError:
-            if self._client is None or self._client.is_closed:
-                raise NetworkError("The HTTP client was closed during the call.") from None
-            raise
+            raise _call_failure(exc, client.is_closed) from None
         finally:
             clock.close()
         # The connection is released before the end reaches the consumer.
         if end is not None:
             yield end
+
+    async def astream(
+        self, request: AuditRequest, *, api_key: str | None, timeout: float
+    ) -> AsyncIterator[StreamEvent]:
+        """:meth:`stream` on the running loop's :class:`httpx.AsyncClient`: the same
+        events and errors. The per-phase deadlines are ``asyncio`` timeouts around each
+        wait for the upstream (no watchdog). Closing the generator (``aclose()``) or
+        cancelling its task closes the upstream response at once. A subclass that
+        overrides the sync :meth:`stream` (and not this) keeps its override: it runs
+        in worker threads."""
+        if _overridden(self, "stream"):
+            async for item in super().astream(request, api_key=api_key, timeout=timeout):
+                yield item
+            return
+        run = self._stream_run(request, api_key, timeout)
+        if run is None:  # no native stream: answer in one piece
+            result = await self.acomplete(request, api_key=api_key, timeout=timeout)
+            for item in events_of(result):
+                yield item
+            return
+        client, clock = self.aclient, run.clock
+        end: StreamEnd | None = None
+        try:
+            # Headers are waited for under the first-token deadline; httpx's own read
+            # timeout is only the overall backstop (the asyncio timeouts are exact).
+            deadline = clock.next_deadline()
+            try:
+                async with asyncio.timeout(_remaining(deadline)):
+                    response = await client.send(
+                        client.build_request(
+                            "POST",
+                            run.url,
+                            json=run.payload,
+                            headers=run.headers,
+                            timeout=run.async_timeouts,
+                        ),
+                        stream=True,
+                    )
+            except TimeoutError:
+                raise clock.timed_out(deadline) from None
+            try:
+                if not run.is_stream(response):
+                    body = await _aread_limited(response, clock.overall_at)
+                    for item in self._answer_in_one_piece(
+                        request, response.status_code, response.headers, body
+                    ):
+                        yield item
+                    return
+                events = EventSource(response).aiter_sse()
+                try:
+                    while True:
+                        deadline = clock.next_deadline()
+                        try:
+                            async with asyncio.timeout(_remaining(deadline)):
+                                event = await anext(events)
+                        except StopAsyncIteration:
+                            break
+                        except TimeoutError:
+                            raise clock.timed_out(deadline) from None
+                        for item in run.feed(event, response.num_bytes_downloaded):
+                            clock.got_token()
+                            yield item  # the next deadline is armed after the consumer
+                        if run.done:
+                            break
+                finally:
+                    await events.aclose()
+                end = run.end()
+            finally:
+                # Also on aclose() / cancellation: the upstream request is closed.
+                await response.aclose()
+        except (httpx.HTTPError, httpx.InvalidURL, RuntimeError) as exc:
+            raise _call_failure(exc, client.is_closed) from None
+        # The connection is released before the end reaches the consumer.
+        if end is not None:
+            yield end
+
+    def _stream_run(
+        self, request: AuditRequest, api_key: str | None, timeout: float
+    ) -> _StreamRun | None:
+        """Everything about one native stream except its I/O (None: no native stream)."""
+        decoder = self.stream_decoder(request)
+        if decoder is None:
+            return None
+        return _StreamRun(self, request, api_key, decoder, timeout)
 
     #: Malformed events skipped before a stream is declared unusable.
     max_skipped_events: ClassVar[int] = 3
@@ -461,6 +652,33 @@ class HttpProvider(BaseProvider):
         )
 
 
+async def _pulled_in_threads(iterator: Iterator[StreamEvent]) -> AsyncIterator[StreamEvent]:
+    """A sync event iterator consumed from async code, each ``next()`` in a worker
+    thread. On exit (end, error, ``aclose()``, cancellation) the iterator is closed —
+    after a pull still running in its thread, so never concurrently with it."""
+    lock = threading.Lock()
+
+    def pull() -> StreamEvent | None:
+        with lock:
+            return next(iterator, None)
+
+    def close() -> None:
+        with lock:
+            close_iterator = getattr(iterator, "close", None)
+            if callable(close_iterator):
+                close_iterator()
+
+    step = sync_to_async(pull, thread_sensitive=False)
+    try:
+        while (event := await step()) is not None:
+            yield event
+    finally:
+        if lock.locked():  # cancelled while a pull runs: close after it, off the loop
+            threading.Thread(target=close, name="llm-routing-stream-close", daemon=True).start()
+        else:
+            await sync_to_async(close, thread_sensitive=False)()
+
+
 def events_of(result: ProviderResult) -> Iterator[StreamEvent]:
     """A whole answer as stream events: its text in one delta, one delta per tool call
     (id, name and the full arguments), then the end carrying the calls."""
@@ -478,22 +696,219 @@ def events_of(result: ProviderResult) -> Iterator[StreamEvent]:
     )
 
 
+@dataclass(frozen=True)
+class _Call:
+    """One non-streamed call, built once for either I/O path."""
+
+    url: str
+    headers: dict[str, str]
+    payload: dict[str, Any]
+    timeouts: httpx.Timeout
+    deadline: float
+
+
+class _StreamRun:
+    """Everything about one native stream except its I/O, shared by
+    :meth:`HttpProvider.stream` and :meth:`HttpProvider.astream`: the request, the
+    phase deadlines (:class:`StreamClock`), the size limit, the vendor decoder, the
+    malformed-event budget and the final validation."""
+
+    def __init__(
+        self,
+        provider: HttpProvider,
+        request: AuditRequest,
+        api_key: str | None,
+        decoder: StreamDecoder,
+        timeout: float,
+    ) -> None:
+        config = provider.config
+        overall = max(0.001, min(float(config.timeout_s), float(timeout)))
+        first_token = max(0.001, min(float(config.first_token_timeout_s), overall))
+        idle = max(0.001, float(routing_settings.STREAM_IDLE_TIMEOUT_S))
+        base = provider.timeouts(timeout)
+        self.provider = provider
+        self.request = request
+        self.api_key = api_key
+        self.decoder = decoder
+        self.url = provider.stream_endpoint(request)
+        self.payload = provider.stream_payload(request)
+        self.headers = {
+            "content-type": "application/json",
+            "accept": "text/event-stream",
+            **provider.auth_headers(api_key),
+        }
+        # Sync: headers are waited for under the first-token timeout, body reads get a
+        # socket backstop (body_read_timeout); the watchdog enforces the exact phases.
+        self.timeouts = httpx.Timeout(
+            connect=base.connect, read=first_token, write=overall, pool=base.pool
+        )
+        # Async: asyncio timeouts enforce the phases; httpx's read timeout is the
+        # overall backstop.
+        self.async_timeouts = httpx.Timeout(
+            connect=base.connect, read=overall, write=overall, pool=base.pool
+        )
+        self.body_read_timeout = min(max(first_token, idle), overall)
+        self.clock = StreamClock(first_token_s=first_token, idle_s=idle, overall_s=overall)
+        self.limit = int(routing_settings.MAX_RESPONSE_BYTES)
+        self.skipped = 0
+
+    @staticmethod
+    def is_stream(response: httpx.Response) -> bool:
+        """Whether the answer is an SSE stream (else an error or a whole answer)."""
+        return response.status_code == 200 and _is_event_stream(response)
+
+    @property
+    def done(self) -> bool:
+        return self.decoder.done
+
+    def feed(self, event: ServerSentEvent, downloaded: int) -> list[StreamEvent]:
+        """The stream events one SSE event carries (``downloaded``: body bytes so far)."""
+        if downloaded > self.limit:
+            raise ResponseError(
+                f"The provider's stream is larger than {self.limit} bytes.", http_status=200
+            )
+        try:
+            items = self.decoder.feed(event)
+        except ProviderError as exc:
+            # An in-band error is raised after the commit point too, where no retry
+            # layer scrubs it: its vendor message may echo the key.
+            raise _scrubbed(exc, self.api_key) from None
+        except MalformedEvent:
+            self.skipped += 1
+            logger.warning(
+                "Skipped a malformed stream event from %s (%d bytes, #%d)",
+                self.provider.config.name,
+                len(event.data),
+                self.skipped,
+            )
+            if self.skipped > self.provider.max_skipped_events:
+                raise ResponseError(
+                    "The provider's stream has too many malformed events."
+                ) from None
+            return []
+        return [
+            StreamDelta(item) if isinstance(item, str) else StreamToolCallDelta(item)
+            for item in items
+        ]
+
+    def end(self) -> StreamEnd | None:
+        """The clean end (None: the stream was cut), its structured answer validated."""
+        if self.clock.expired and not self.decoder.done:  # an end marker beats a late alarm
+            raise self.clock.error()
+        end = self.decoder.end()
+        # A tool-call answer carries no structured text to validate.
+        if (
+            end is not None
+            and self.request.response_schema is not None
+            and (self.decoder.text or not end.tool_calls)
+        ):
+            validate_structured(self.decoder.text, self.request.response_schema)
+        return end
+
+
+class _BodyLimit:
+    """The body of one answer as it arrives, cut at ``MAX_RESPONSE_BYTES`` and abandoned
+    after ``deadline``."""
+
+    def __init__(self, response: httpx.Response, deadline: float) -> None:
+        self.limit = int(routing_settings.MAX_RESPONSE_BYTES)
+        self.status = response.status_code
+        self.deadline = deadline
+        self.chunks: list[bytes] = []
+        self.size = 0
+
+    def add(self, chunk: bytes) -> None:
+        self.size += len(chunk)
+        if self.size > self.limit:
+            raise ResponseError(
+                f"The provider's response is larger than {self.limit} bytes.",
+                http_status=self.status,
+            )
+        if time.monotonic() > self.deadline:
+            raise ProviderTimeoutError("The provider did not finish its answer in time.")
+        self.chunks.append(chunk)
+
+    def body(self) -> bytes:
+        return b"".join(self.chunks)
+
+
+def _check_declared_size(response: httpx.Response) -> None:
+    """A ``Content-Length`` above ``MAX_RESPONSE_BYTES`` fails before any read."""
+    limit = int(routing_settings.MAX_RESPONSE_BYTES)
+    declared = response.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise ResponseError(
+            f"The provider's response is larger than {limit} bytes.",
+            http_status=response.status_code,
+        )
+
+
 def _read_limited(response: httpx.Response, deadline: float) -> bytes:
     """The body, cut at ``MAX_RESPONSE_BYTES`` and abandoned after ``deadline``."""
-    limit = int(routing_settings.MAX_RESPONSE_BYTES)
-    chunks: list[bytes] = []
-    size = 0
+    body = _BodyLimit(response, deadline)
     for chunk in response.iter_bytes():
-        size += len(chunk)
-        if size > limit:
-            raise ResponseError(
-                f"The provider's response is larger than {limit} bytes.",
-                http_status=response.status_code,
-            )
-        if time.monotonic() > deadline:
-            raise ProviderTimeoutError("The provider did not finish its answer in time.")
-        chunks.append(chunk)
-    return b"".join(chunks)
+        body.add(chunk)
+    return body.body()
+
+
+async def _aread_limited(response: httpx.Response, deadline: float) -> bytes:
+    """:func:`_read_limited` of an async response."""
+    body = _BodyLimit(response, deadline)
+    async for chunk in response.aiter_bytes():
+        body.add(chunk)
+    return body.body()
+
+
+def _call_failure(exc: Exception, client_closed: bool) -> Exception:
+    """What escapes an adapter for a failure of the HTTP call (sync or async: httpx's
+    exception classes are shared): the classified, key-free error — never the httpx
+    exception, which carries the URL and request."""
+    if isinstance(exc, httpx.HTTPError | httpx.InvalidURL):
+        return from_httpx_exception(exc)
+    if client_closed:  # the registry closed this client (the row changed) mid-call
+        return NetworkError("The HTTP client was closed during the call.")
+    return exc
+
+
+def pool_limits() -> httpx.Limits:
+    """The connection-pool bounds of every adapter client (sync and async):
+    ``HTTP_MAX_CONNECTIONS`` and ``HTTP_MAX_KEEPALIVE``."""
+    return httpx.Limits(
+        max_connections=int(routing_settings.HTTP_MAX_CONNECTIONS),
+        max_keepalive_connections=int(routing_settings.HTTP_MAX_KEEPALIVE),
+    )
+
+
+def _overridden(provider: HttpProvider, *names: str) -> bool:
+    """Whether the adapter's class replaces one of HttpProvider's sync I/O methods."""
+    cls = type(provider)
+    return any(getattr(cls, name) is not getattr(HttpProvider, name) for name in names)
+
+
+def _remaining(deadline: float) -> float:
+    return max(0.0, deadline - time.monotonic())
+
+
+_LoopRef = Callable[[], "asyncio.AbstractEventLoop | None"]
+
+
+def _loop_ref(loop: asyncio.AbstractEventLoop) -> _LoopRef:
+    try:
+        return weakref.ref(loop)
+    except TypeError:  # a loop type without weak references: held until it is closed
+        return lambda: loop
+
+
+def _close_on_owner(loop: asyncio.AbstractEventLoop | None, client: httpx.AsyncClient) -> None:
+    """Close ``client`` on the loop that owns its connections when that loop runs
+    (scheduled, not waited for); a client of a stopped or closed loop is dropped (its
+    connections cannot be closed from another loop)."""
+    if loop is None or loop.is_closed() or not loop.is_running():
+        return
+    try:
+        asyncio.run_coroutine_threadsafe(client.aclose(), loop)
+    except RuntimeError:  # closed in between
+        pass
 
 
 def _scrubbed(exc: ProviderError, api_key: str | None) -> ProviderError:

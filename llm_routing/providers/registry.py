@@ -4,7 +4,9 @@ Built-in kinds map to modules of this package; more kinds come from
 ``LLM_ROUTING["PROVIDER_KINDS"]`` (``{"kind": "dotted.path.Class"}``) or from
 :func:`register`. Adapter instances are pooled per provider configuration
 (name + row version + model) so HTTP clients are reused across requests and threads
-and rebuilt when the provider row changes. Nothing outside this module touches its
+and rebuilt when the provider row changes (an evicted adapter's clients are closed: the
+sync one at once, each async one on its own event loop). :func:`aclose_all` is the
+shutdown hook of async servers (an ASGI lifespan shutdown). Nothing outside this module touches its
 dictionaries.
 """
 
@@ -21,6 +23,7 @@ from .base import BaseProvider
 
 __all__ = [
     "BUILTIN_KINDS",
+    "aclose_all",
     "clear_adapter_cache",
     "get_adapter",
     "get_adapter_class",
@@ -104,3 +107,14 @@ def clear_adapter_cache() -> None:
         for adapter in _instances.values():
             adapter.close()
         _instances.clear()
+
+
+async def aclose_all() -> None:
+    """Close every pooled adapter from async code — the shutdown hook of an async server
+    (ASGI lifespan ``shutdown``): the running loop's async clients are closed and waited
+    for, the rest as in :func:`clear_adapter_cache`. Adapters are rebuilt on next use."""
+    with _lock:
+        adapters = list(_instances.values())
+        _instances.clear()
+    for adapter in adapters:
+        await adapter.aclose()

@@ -20,7 +20,10 @@ when one passes, shuts that stream's socket down (httpcore's public
 ``network_stream`` response extension → ``get_extra_info("socket")``). The blocked
 read wakes at once and the adapter raises :class:`ProviderTimeoutError`. The time a
 stream spends suspended in its consumer (the router writing to a slow client) is not
-upstream silence and does not count toward the idle timeout.
+upstream silence and does not count toward the idle timeout. The async path
+(:meth:`~llm_routing.providers.base.HttpProvider.astream`) needs no watchdog: it waits
+for each event under an ``asyncio`` timeout taken from the same clock
+(:meth:`StreamClock.next_deadline`, :meth:`StreamClock.timed_out`).
 """
 
 from __future__ import annotations
@@ -206,14 +209,18 @@ class StreamClock:
     def got_token(self) -> None:
         self.phase = "idle"
 
-    def waiting(self) -> None:
-        """About to wait for upstream bytes: arm the deadline of the current phase."""
+    def next_deadline(self) -> float:
+        """The deadline of the wait about to start (monotonic seconds), after checking
+        that none has passed: the first-token deadline, else now + the idle timeout,
+        never past the overall deadline. The async path waits with it directly."""
         self.check()
         if self.phase == "first_token":
-            deadline = self.first_token_at
-        else:
-            deadline = min(time.monotonic() + self.idle_s, self.overall_at)
-        _WATCHDOG.set(self, deadline)
+            return self.first_token_at
+        return min(time.monotonic() + self.idle_s, self.overall_at)
+
+    def waiting(self) -> None:
+        """About to wait for upstream bytes: arm the deadline of the current phase."""
+        _WATCHDOG.set(self, self.next_deadline())
 
     def paused(self) -> None:
         """Suspended in the consumer: upstream silence is not counted."""
@@ -233,17 +240,20 @@ class StreamClock:
         with self._lock:
             if self._closed:
                 return
-            now = time.monotonic()
-            if now >= self.overall_at:
-                self.expired = "overall"
-            else:
-                self.expired = self.phase
+            self.expired = "overall" if time.monotonic() >= self.overall_at else self.phase
             sock = self._socket
             if sock is not None:
                 try:
                     sock.shutdown(socket.SHUT_RDWR)
                 except OSError:
                     pass
+
+    def timed_out(self, deadline: float) -> ProviderTimeoutError:
+        """The wait armed with ``deadline`` (from :meth:`next_deadline`) ran out: the
+        error of the phase it belonged to (the async path's counterpart of
+        :meth:`expire`; a timer firing a hair early still names the right phase)."""
+        self.expired = "overall" if deadline >= self.overall_at else self.phase
+        return self.error()
 
     def close(self) -> None:
         with self._lock:

@@ -45,9 +45,9 @@ from datetime import UTC, datetime
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from django.core.cache import caches
 from django.core.exceptions import ImproperlyConfigured
 
+from ..cache import routing_cache
 from ..conf import routing_settings
 from ..types import ErrorInfo, ProviderConfig, ProviderResult
 
@@ -413,7 +413,7 @@ class CircuitStore:
     def _cache_call(self, method: str, *args: Any) -> Any:
         if time.monotonic() >= self._retry_at:
             try:
-                cache = caches[routing_settings.CACHE_ALIAS]
+                cache = routing_cache()  # one client per process (llm_routing.cache)
                 result = getattr(cache, method)(*args)
             except Exception as exc:
                 self._cache_failed(exc)

@@ -6,9 +6,10 @@
   ``:streamGenerateContent?alt=sse``
 
 Every request is recorded (:attr:`FakeUpstream.requests`: method, path, query, headers,
-body). Faults are scripted per vendor as a FIFO queue (:meth:`FakeUpstream.script`);
-a request with nothing scripted gets a healthy answer. Fault builders live in
-:class:`Faults` and produce each vendor's documented error body.
+body), and so is every stream the client closed before its end
+(:attr:`FakeUpstream.disconnects`). Faults are scripted per vendor as a FIFO queue
+(:meth:`FakeUpstream.script`); a request with nothing scripted gets a healthy answer.
+Fault builders live in :class:`Faults` and produce each vendor's documented error body.
 
 Streaming faults (issue 5) are scripted with :meth:`Faults.stream` (a
 :class:`StreamScript`): the answer's text, a delay before the first text chunk, a
@@ -942,6 +943,7 @@ class _Handler(BaseHTTPRequestHandler):
             if not script.no_end_marker:
                 self._write(*frames.end)
         except OSError:  # the client went away (e.g. it gave up on a stall)
+            self.server.fake._disconnected()
             return
 
     def _write(self, *frames: bytes) -> None:
@@ -973,6 +975,8 @@ class FakeUpstream:
 
     def __init__(self) -> None:
         self.requests: list[RecordedRequest] = []
+        #: Streams the client closed before their end (a write found the connection gone).
+        self.disconnects = 0
         self._queues: dict[str, deque[Fault]] = {v: deque() for v in VENDORS}
         self._lock = threading.Lock()
         self._release = threading.Event()
@@ -1018,6 +1022,10 @@ class FakeUpstream:
     def _record(self, request: RecordedRequest) -> None:
         with self._lock:
             self.requests.append(request)
+
+    def _disconnected(self) -> None:
+        with self._lock:
+            self.disconnects += 1
 
     def requests_for(self, vendor: str) -> list[RecordedRequest]:
         with self._lock:
