@@ -35,12 +35,12 @@ FILL_SQL = """
 INSERT INTO llm_routing_routingdecision
     (request_id, task, route, rule, router_mode, chain_name, requested_provider,
      selected_provider, fallback_used, fallback_reason, status, mode, input_length,
-     input_sha256, total_latency_ms, created_at)
+     input_sha256, total_latency_ms, user_pk, created_at)
 SELECT md5(g::text || 'd')::uuid, 'summarize', '', '', 'default', 'main', '',
        CASE WHEN g % 5 = 0 THEN 'backup' ELSE 'primary' END,
        g % 5 = 0 OR g % 11 = 0,
        CASE WHEN g % 5 = 0 THEN 'unavailable' WHEN g % 11 = 0 THEN 'circuit_open' ELSE '' END,
-       'ok', 'live', 100, repeat('0', 64), 100 + (g % 900),
+       'ok', 'live', 100, repeat('0', 64), 100 + (g % 900), (g % 50)::text,
        now() - interval '8 days' * (1 - g::float / %(n)s)
 FROM generate_series(1, %(n)s) AS g;
 """
@@ -157,7 +157,7 @@ def main() -> None:
     from django.db import connection
     from django.utils import timezone
 
-    from llm_routing import dashboard
+    from llm_routing import dashboard, dashboard_spend
 
     if args.no_fill:
         with connection.cursor() as cur:
@@ -189,7 +189,10 @@ def main() -> None:
         variants[f"{window} top skip reasons"] = timed(
             lambda f=first: dashboard.top_skip_reasons(f())
         )
-        variants[f"{window} whole page (all four)"] = timed(lambda w=window: dashboard.build(w))
+        variants[f"{window} spend per provider / user"] = timed(
+            lambda s=since: dashboard_spend.spend(s())
+        )
+        variants[f"{window} whole page (all five)"] = timed(lambda w=window: dashboard.build(w))
     samples = interleaved_samples(variants, rounds=args.rounds, warmup=2)
     with connection.cursor() as cur:
         cur.execute("SHOW server_version")

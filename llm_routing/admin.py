@@ -555,3 +555,6 @@ class AuditJobAdmin(ReadOnlyMixin, admin.ModelAdmin):
     date_hierarchy = "created_at"
     fields = AUDIT_JOB_FIELDS
     readonly_fields = AUDIT_JOB_FIELDS
+
+
+from . import admin_budgets  # noqa: E402,F401  (budgets: registers BudgetAdmin)

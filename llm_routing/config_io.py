@@ -19,6 +19,13 @@ thin wrappers over :func:`apply` and :func:`export`. The format (docs/configurat
     route = "cheap"
     chain = "default"
 
+    [[budgets]]                        # docs/budgets.md
+    name = "alice-daily"
+    scope = "user"
+    subject = "alice"
+    window = "day"
+    max_requests = 50
+
 Why TOML: the parser is in the standard library (``tomllib``), the format has comments,
 real types and no implicit conversions (YAML's ``no`` → ``False``), and ``tomli-w``
 writes it back. Fields are derived from the models, so a field added to Provider,
@@ -47,13 +54,14 @@ import re
 import tomllib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any
 
 import tomli_w
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, models, transaction
 
-from .models import Chain, ChainEntry, Provider, RoutingRule
+from .models import Budget, Chain, ChainEntry, Provider, RoutingRule
 
 __all__ = [
     "FORMAT_VERSION",
@@ -137,6 +145,7 @@ class DesiredState:
     providers: dict[str, dict[str, Any]] = field(default_factory=dict)
     chains: dict[str, dict[str, Any]] = field(default_factory=dict)  # incl. "entries"
     rules: dict[str, dict[str, Any]] = field(default_factory=dict)
+    budgets: dict[str, dict[str, Any]] = field(default_factory=dict)  # [[budgets]] by name
 
 
 # --- fields -----------------------------------------------------------------------
@@ -161,7 +170,7 @@ def _coerce(f: models.Field[Any, Any], value: Any, path: str, errors: list[str])
         if isinstance(value, bool):
             return value
         errors.append(f"{path}: expected true or false.")
-    elif isinstance(f, models.FloatField):
+    elif isinstance(f, models.FloatField | models.DecimalField):
         if isinstance(value, int | float) and not isinstance(value, bool):
             return float(value)
         errors.append(f"{path}: expected a number.")
@@ -196,7 +205,7 @@ def _row_values(obj: models.Model) -> dict[str, Any]:
         value = getattr(obj, f.attname)
         if isinstance(f, models.JSONField):
             value = _sorted(value if value is not None else {})
-        elif isinstance(f, models.FloatField) and value is not None:
+        elif isinstance(f, models.FloatField | models.DecimalField) and value is not None:
             value = float(value)
         out[f.name] = value
     return out
@@ -301,12 +310,12 @@ def parse(data: Mapping[str, Any]) -> DesiredState:
     errors = _credential_errors(data)
     if errors:
         raise ConfigError(errors)  # nothing else is reported next to a key value
-    unknown = sorted(set(data) - {"version", *_SECTIONS})
+    unknown = sorted(set(data) - {"version", *_SECTIONS, "budgets"})
     if unknown:
         errors.append(
             f"unknown top-level key(s) {', '.join(unknown)}; expected version, "
             + ", ".join(_SECTIONS)
-            + "."
+            + ", budgets."
         )
     version = data.get("version", FORMAT_VERSION)
     if version != FORMAT_VERSION or isinstance(version, bool):
@@ -338,12 +347,46 @@ def parse(data: Mapping[str, Any]) -> DesiredState:
                     errors.append(f"{path}.chain: required; the name of a chain.")
                 values["chain"] = chain
                 state.rules[name] = values
+    state.budgets = _parse_budgets(data.get("budgets", []), errors)
     defaults = sorted(n for n, c in state.chains.items() if c.get("is_default"))
     if len(defaults) > 1:
         errors.append(f"chains: at most one chain may be the default ({', '.join(defaults)}).")
     if errors:
         raise ConfigError(errors)
     return state
+
+
+def _parse_budgets(raw: Any, errors: list[str]) -> dict[str, dict[str, Any]]:
+    """``[[budgets]]``: an array of tables, each with its ``name``."""
+    if not isinstance(raw, list):
+        errors.append("budgets: expected an array of tables ([[budgets]]).")
+        return {}
+    out: dict[str, dict[str, Any]] = {}
+    for i, table in enumerate(raw):
+        path = f"budgets[{i}]"
+        if not isinstance(table, Mapping):
+            errors.append(f"{path}: expected a table.")
+            continue
+        name = table.get("name")
+        if not isinstance(name, str) or not _slug_ok(name):
+            errors.append(f"{path}.name: required; 1-64 letters, digits, '-' or '_'.")
+            continue
+        if name in out:
+            errors.append(f"{path}.name: budget {name!r} appears twice.")
+            continue
+        out[name] = _fields_from(
+            Budget, table, f"budgets.{name}", errors, extra=frozenset({"name"})
+        )
+    return out
+
+
+def _decimals(model: type[models.Model], values: Mapping[str, Any]) -> dict[str, Any]:
+    """Row values with the file's numbers as Decimals where the model stores Decimals."""
+    out = dict(values)
+    for f in _scalar_fields(model):
+        if isinstance(f, models.DecimalField) and out.get(f.name) is not None:
+            out[f.name] = Decimal(repr(out[f.name]))
+    return out
 
 
 def _parse_entries(raw: Any, path: str, errors: list[str]) -> list[dict[str, Any]]:
@@ -386,6 +429,8 @@ def _current() -> DesiredState:
         state.chains[c.name] = values
     for r in RoutingRule.objects.order_by("priority", "name").select_related("chain"):
         state.rules[r.name] = {**_row_values(r), "chain": r.chain.name}
+    for b in Budget.objects.order_by("name"):
+        state.budgets[b.name] = _row_values(b)
     return state
 
 
@@ -440,6 +485,7 @@ def _plan(desired: DesiredState, *, prune: bool) -> tuple[list[Change], list[str
         ("provider", desired.providers, current.providers),
         ("chain", desired.chains, current.chains),
         ("rule", desired.rules, current.rules),
+        ("budget", desired.budgets, current.budgets),
     ):
         for name, values in want.items():
             if name not in have:
@@ -447,6 +493,7 @@ def _plan(desired: DesiredState, *, prune: bool) -> tuple[list[Change], list[str
                     "provider": ("kind", "model", "api_key_env"),
                     "chain": ("is_default", "entries"),
                     "rule": ("priority", "route", "task_glob", "chain"),
+                    "budget": ("scope", "window", "max_requests", "max_tokens", "max_cost_usd"),
                 }[kind]
                 changes.append(Change("+", kind, name, _summary(values, keys)))
             else:
@@ -465,6 +512,7 @@ def _plan(desired: DesiredState, *, prune: bool) -> tuple[list[Change], list[str
             ("rule", desired.rules, current.rules),
             ("chain", desired.chains, current.chains),
             ("provider", desired.providers, current.providers),
+            ("budget", desired.budgets, current.budgets),
         ):
             changes.extend(Change("-", kind, name) for name in have if name not in want)
     return changes, errors
@@ -477,6 +525,7 @@ def _validate_rows(desired: DesiredState) -> list[str]:
         "providers": {p.name: p.pk for p in Provider.objects.only("pk", "name")},
         "chains": {c.name: c.pk for c in Chain.objects.only("pk", "name")},
         "rules": {r.name: r.pk for r in RoutingRule.objects.only("pk", "name")},
+        "budgets": {b.name: b.pk for b in Budget.objects.only("pk", "name")},
     }
 
     def clean(obj: models.Model, path: str, exclude: list[str], constraints: bool) -> None:
@@ -510,6 +559,9 @@ def _validate_rows(desired: DesiredState) -> list[str]:
         fields = {k: v for k, v in values.items() if k != "chain"}
         rule = RoutingRule(pk=existing["rules"].get(name), name=name, **fields)
         clean(rule, f"rules.{name}", ["chain"], False)
+    for name, values in desired.budgets.items():
+        budget = Budget(pk=existing["budgets"].get(name), name=name, **_decimals(Budget, values))
+        clean(budget, f"budgets.{name}", [], True)
     return errors
 
 
@@ -580,7 +632,14 @@ def _write(desired: DesiredState, *, prune: bool) -> None:
                 setattr(obj_r, k, v)
             obj_r.chain = chain
             obj_r.save()
+    for name, values in desired.budgets.items():
+        obj_b = Budget.objects.filter(name=name).first() or Budget(name=name)
+        if obj_b.pk is None or _row_values(obj_b) != values:
+            for k, v in _decimals(Budget, values).items():
+                setattr(obj_b, k, v)
+            obj_b.save()
     if prune:
+        Budget.objects.exclude(name__in=list(desired.budgets)).delete()
         # Rules are already gone or retargeted; entries of removed chains cascade.
         Chain.objects.exclude(name__in=list(desired.chains)).delete()
         Provider.objects.exclude(name__in=list(desired.providers)).delete()
@@ -624,16 +683,25 @@ def dumps(state: DesiredState) -> str:
     for name in sorted(state.rules, key=lambda n: (state.rules[n]["priority"], n)):
         rules[name] = {**_canonical_table(RoutingRule, state.rules[name])}
         rules[name]["chain"] = state.rules[name]["chain"]
+    budgets = []
+    for name in sorted(state.budgets):
+        table = _canonical_table(Budget, state.budgets[name])
+        table.setdefault("window", state.budgets[name]["window"])  # always shown
+        order = [f.name for f in _scalar_fields(Budget)]
+        budgets.append({"name": name, **{k: table[k] for k in order if k in table}})
     errors: list[str] = []
     for section, tables in (("providers", providers), ("chains", chains), ("rules", rules)):
         if tables:
             doc[section] = tables
         _check_tomlable(tables, section, errors)
+    if budgets:
+        doc["budgets"] = budgets
+    _check_tomlable(budgets, "budgets", errors)
     if errors:
         raise ConfigError(errors)
     return HEADER + tomli_w.dumps(doc)
 
 
 def export() -> str:
-    """The database's providers, chains and rules as canonical TOML text."""
+    """The database's providers, chains, rules and budgets as canonical TOML text."""
     return dumps(_current())

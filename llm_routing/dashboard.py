@@ -25,6 +25,7 @@ from django.db import connections, router
 from django.db.models import Aggregate, Count, FloatField, Q
 from django.utils import timezone
 
+from .dashboard_spend import Spend, spend
 from .models import Attempt, RoutingDecision
 
 __all__ = [
@@ -199,6 +200,7 @@ class Dashboard:
     latency: dict[str, tuple[float, float]] = field(default_factory=dict)
     skips: list[tuple[str, int]] = field(default_factory=list)
     sampled_decisions: int | None = None  # set when the Attempt charts are estimates
+    spend: Spend | None = None  # per provider / user (dashboard_spend)
 
 
 def build(window: str = DEFAULT_WINDOW, *, now: datetime | None = None) -> Dashboard:
@@ -213,4 +215,5 @@ def build(window: str = DEFAULT_WINDOW, *, now: datetime | None = None) -> Dashb
         latency=latency_percentiles(part),
         skips=top_skip_reasons(part),
         sampled_decisions=part.decisions if part is not None and part.sampled else None,
+        spend=spend(since),
     )

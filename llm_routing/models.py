@@ -12,10 +12,12 @@ import fnmatch
 import os
 import uuid
 from collections.abc import Iterable
+from decimal import Decimal
 from typing import Any, TypeVar
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
@@ -27,6 +29,7 @@ from .validators import validate_api_key_env, validate_base_url
 __all__ = [
     "Attempt",
     "AuditJob",
+    "Budget",
     "Chain",
     "ChainEntry",
     "Provider",
@@ -328,6 +331,9 @@ class RoutingDecision(models.Model):
     input_length = models.PositiveIntegerField()
     input_sha256 = models.CharField(max_length=64)
     total_latency_ms = models.FloatField(default=0.0)
+    # The caller's user pk (as text; blank: anonymous or the Python API), for the
+    # dashboard's per-user figures. Not a foreign key: logs outlive deleted users.
+    user_pk = models.CharField(max_length=64, blank=True, default="", editable=False)
     # When the decision was made, set by the recorder (a write-behind batch or the spool's
     # replay writes it later); not auto_now_add, which would overwrite it with the write
     # time.
@@ -339,6 +345,10 @@ class RoutingDecision(models.Model):
         indexes = [
             # The admin dashboard's window counts (requests, fallbacks), index-only.
             models.Index(fields=["created_at", "fallback_used"], name="llmr_decision_window"),
+            # The dashboard's spend per provider / user over a window, index-only.
+            models.Index(
+                fields=["created_at", "user_pk", "selected_provider"], name="llmr_decision_spend"
+            ),
         ]
 
     def __str__(self) -> str:
@@ -434,3 +444,96 @@ class AuditJob(models.Model):
     @property
     def finished(self) -> bool:
         return self.status in {self.Status.DONE, self.Status.FAILED}
+
+
+class Budget(models.Model):
+    """A hard cap on requests, tokens and/or cost per window for a user, a group, an API
+    token or everyone (docs/budgets.md). Counters live in the cache, enforced by
+    :mod:`llm_routing.budgets`; this row is only the declaration."""
+
+    class Scope(models.TextChoices):
+        USER = "user", "user"
+        GROUP = "group", "group"
+        TOKEN = "token", "API token"
+        GLOBAL = "global", "global"
+
+    class Window(models.TextChoices):
+        MINUTE = "minute", "minute"
+        HOUR = "hour", "hour"
+        DAY = "day", "day (UTC)"
+        MONTH = "month", "month (UTC)"
+
+    class OnCacheDown(models.TextChoices):
+        OPEN = "open", "open (allow and log)"
+        CLOSED = "closed", "closed (refuse with 503)"
+
+    name = models.SlugField(max_length=64, unique=True)
+    scope = models.CharField(max_length=8, choices=Scope.choices)
+    subject = models.CharField(
+        max_length=150,
+        blank=True,
+        help_text="The username, group name or API token key; empty for a global budget.",
+    )
+    window = models.CharField(max_length=8, choices=Window.choices, default=Window.DAY)
+    max_requests = models.PositiveIntegerField(null=True, blank=True)
+    max_tokens = models.PositiveBigIntegerField(
+        null=True, blank=True, help_text="Input plus output tokens of the answered requests."
+    )
+    max_cost_usd = models.DecimalField(
+        "max cost (USD)",
+        max_digits=14,
+        decimal_places=6,
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(Decimal("0"))],
+    )
+    soft_threshold = models.FloatField(
+        default=0.8,
+        validators=[MinValueValidator(0.01), MaxValueValidator(1.0)],
+        help_text="Fraction of a cap at which budget_threshold_reached fires (once per window).",
+    )
+    on_cache_down = models.CharField(
+        max_length=8, choices=OnCacheDown.choices, default=OnCacheDown.OPEN
+    )
+    enabled = models.BooleanField(default=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(max_requests__isnull=False)
+                | Q(max_tokens__isnull=False)
+                | Q(max_cost_usd__isnull=False),
+                name="llm_routing_budget_has_a_cap",
+                violation_error_message="Set at least one of max_requests, max_tokens, "
+                "max_cost_usd.",
+            ),
+            models.CheckConstraint(
+                condition=(Q(scope="global") & Q(subject=""))
+                | (~Q(scope="global") & ~Q(subject="")),
+                name="llm_routing_budget_subject_by_scope",
+                violation_error_message="A global budget has no subject; the others need one.",
+            ),
+            models.CheckConstraint(
+                condition=Q(soft_threshold__gt=0) & Q(soft_threshold__lte=1),
+                name="llm_routing_budget_soft_threshold_fraction",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def clean(self) -> None:
+        super().clean()
+        if self.max_requests is None and self.max_tokens is None and self.max_cost_usd is None:
+            raise ValidationError(
+                {"max_requests": "Set at least one of max_requests, max_tokens, max_cost_usd."}
+            )
+        if self.scope == self.Scope.GLOBAL and self.subject:
+            raise ValidationError({"subject": "A global budget has no subject."})
+        if self.scope and self.scope != self.Scope.GLOBAL and not self.subject:
+            raise ValidationError(
+                {"subject": "Required: the username, group name or API token key."}
+            )

@@ -81,6 +81,11 @@ def fit(model: type[models.Model], values: dict[str, Any]) -> dict[str, Any]:
     return fitted
 
 
+def _user_pk(request: AuditRequest) -> str:
+    user_id = request.principal.user_id if request.principal is not None else None
+    return "" if user_id is None else str(user_id)
+
+
 def decision_rows(request: AuditRequest, routed: RoutingResult) -> dict[str, Any]:
     """The decision and its attempts as plain JSON values (no input, no output)."""
     meta = routed.metadata
@@ -101,6 +106,7 @@ def decision_rows(request: AuditRequest, routed: RoutingResult) -> dict[str, Any
             "input_length": request.input_length,
             "input_sha256": request.input_sha256,
             "total_latency_ms": routed.total_latency_ms,
+            "user_pk": _user_pk(request),
             "created_at": timezone.now().isoformat(),
         },
         "attempts": [

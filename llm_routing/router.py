@@ -21,17 +21,31 @@
 
 from __future__ import annotations
 
-import itertools
 import logging
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypeVar
 
+from asgiref.sync import sync_to_async
+from django.db import close_old_connections
+
+from . import effects
 from .access import denied_candidates
 from .conf import routing_settings
 from .dbconn import release_pooled_connections
+from .effects import (
+    AsyncSleeper,
+    ClientGone,
+    CloseStream,
+    Context,
+    Effect,
+    Emit,
+    NextEvent,
+    OpenStream,
+    Steps,
+)
 from .errors import NetworkError, ProviderError, ResponseError
 from .explanation import CandidateExplanation, Explanation
 from .logging import known_key_values
@@ -39,13 +53,14 @@ from .models import Provider
 from .providers.base import BaseProvider, validate_structured
 from .providers.mock import MockProvider
 from .providers.registry import get_adapter, is_known_kind
-from .recorder import record_or_spool
+from .recorder import record_or_spool, submit
 from .resilience import breaker
+from .resilience.breaker import Allow, Observe
 from .resilience.budget import Budget
-from .resilience.retry import Invoke, call_with_retries, deadline_caused
+from .resilience.retry import InvokeSteps, deadline_caused, error_result, retry_steps
 from .sanitize import KeyGuard, redacted, sanitized, scrub_error
 from .signals import after_provider_result, before_provider_call, on_provider_fallback, send
-from .snapshot import ConfigSnapshot, RuleSpec, current
+from .snapshot import ConfigSnapshot, RuleSpec, acurrent, current
 from .types import (
     CAPABILITIES,
     MOCK_PROVIDER_NAME,
@@ -87,6 +102,7 @@ __all__ = [
 logger = logging.getLogger("llm_routing.router")
 
 Sleeper = Callable[[float], None]
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -228,9 +244,10 @@ def _skip_reason(
     request: AuditRequest,
     budget: Budget | None = None,
     *,
-    check_circuit: bool = True,
     denied: frozenset[str] = frozenset(),
 ) -> str | None:
+    """Why a candidate cannot be tried, the circuit aside (the walk asks it last, through
+    the ``Allow`` effect of :meth:`_Session.skip`; explain peeks at it)."""
     if name == MOCK_PROVIDER_NAME:
         return None
     if name in denied:  # the caller may not use it (access rules; never the mock)
@@ -249,8 +266,6 @@ def _skip_reason(
         # No time or attempts left for a real call: skipped, not a phantom attempt.
         # Checked before the breaker so a half-open probe slot is never taken in vain.
         return "budget_exhausted"
-    if check_circuit and not breaker.allow(adapter.config):
-        return "circuit_open"
     return None
 
 
@@ -339,7 +354,7 @@ def _advances(result: ProviderResult) -> bool:
     return result.error.category == "context_length"
 
 
-AttemptFn = Callable[[BaseProvider], ProviderResult]
+AttemptFn = Callable[[BaseProvider], Steps[ProviderResult]]
 
 #: Row params that set a provider's output length (both are ceilings).
 OUTPUT_PARAMS = ("max_tokens", "max_completion_tokens")
@@ -367,45 +382,127 @@ def with_output_ceiling(request: AuditRequest, config: ProviderConfig) -> AuditR
     return replace(request, max_tokens=min(ceilings))
 
 
+@dataclass(frozen=True)
+class _Setup:
+    """What a session reads from the configuration before its walk."""
+
+    plan: Plan
+    rows: dict[str, Provider]
+    denied: frozenset[str]  # candidates the caller may not use (not_allowed)
+
+
+def _setup(request: AuditRequest, config: ConfigSnapshot) -> _Setup:
+    """What one routed request needs of the configuration, from the in-process snapshot
+    (no database read: llm_routing.snapshot)."""
+    plan = resolve(request, config)
+    return _Setup(plan=plan, rows=config.rows(plan.names), denied=_denied(plan, request, config))
+
+
+def _off_loop(fn: Callable[..., T]) -> Callable[..., Awaitable[T]]:
+    """How the async drivers run their blocking database calls (``_setup``, ``Record``):
+    in a worker thread, never on the event loop. (tests/drivers.py runs them in the
+    test's thread instead, where its transaction lives.) The worker's database
+    connection is then handled as at the end of a request (``CONN_MAX_AGE``), so
+    worker threads do not pile up open connections."""
+
+    def in_worker(*args: Any, **kwargs: Any) -> T:
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            close_old_connections()
+
+    return sync_to_async(in_worker, thread_sensitive=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Setup(Effect):
+    """The session's configuration reads (:func:`_setup`) → _Setup."""
+
+    request: AuditRequest
+
+    def run(self, ctx: Context) -> _Setup:
+        setup = _setup(self.request, current())
+        release_pooled_connections()  # no pooled connection held across upstream calls
+        return setup
+
+    async def arun(self, ctx: Context) -> _Setup:
+        # The snapshot answers from memory; a due check or rebuild runs off the loop.
+        return _setup(self.request, await acurrent())
+
+
+@dataclass(frozen=True, slots=True)
+class Record(Effect):
+    """Record the decision and its attempts → None (never raises; spools on a DB error)."""
+
+    request: AuditRequest
+    routed: RoutingResult
+
+    def run(self, ctx: Context) -> None:
+        record_or_spool(self.request, self.routed)
+
+    async def arun(self, ctx: Context) -> None:
+        if routing_settings.RECORD_MODE == "write_behind":
+            submit(self.request, self.routed)  # a bounded queue: never blocks the loop
+        else:
+            await _off_loop(record_or_spool)(self.request, self.routed)
+
+
+def _gone_error() -> ResponseError:
+    error = ResponseError("The client went away mid-stream.")
+    error.category = "client_disconnected"
+    return error
+
+
 class _Session:
-    """One routed request: its plan, walk, budget; shared by route() and route_stream()."""
+    """One routed request: its plan, walk, budget; shared by every driver. Its methods
+    are generators of effects (:mod:`llm_routing.effects`)."""
 
     def __init__(
         self,
         request: AuditRequest,
+        setup: _Setup,
         *,
         request_id: str | None,
-        sleeper: Sleeper | None,
-        config: ConfigSnapshot | None = None,
+        started: float,
     ) -> None:
-        self.started = time.perf_counter()
+        self.started = started
         self.request = request
-        self.sleeper = sleeper
         self.walk = _Walk(request_id=request_id or str(uuid.uuid4()))
-        # The configuration snapshot (the async driver passes ``await acurrent()``).
-        self.config = config if config is not None else current()
-        self.plan = resolve(request, self.config)
-        self.rows = self.config.rows(self.plan.names)
+        self.plan = setup.plan
+        self.rows = setup.rows
         self.budget = Budget(
             deadline_s=float(routing_settings.REQUEST_DEADLINE_S),
             max_attempts=int(routing_settings.MAX_ATTEMPTS),
         )
         # Candidates the caller may not use: skipped as not_allowed (docs/operations.md).
-        self.denied = _denied(self.plan, request, self.config)
-        release_pooled_connections()  # no pooled connection held across upstream calls
+        self.denied = setup.denied
 
     @property
     def request_id(self) -> str:
         return self.walk.request_id
 
+    def skip(
+        self,
+        name: str,
+        row: Provider | None,
+        adapter: BaseProvider | None,
+        budget: Budget | None,
+    ) -> Steps[str | None]:
+        """:func:`_skip_reason`, then (last) the circuit, which may claim a probe slot."""
+        reason = _skip_reason(name, row, adapter, self.request, budget, denied=self.denied)
+        if reason is None and adapter is not None and name != MOCK_PROVIDER_NAME:
+            if not (yield Allow(adapter.config)):
+                return "circuit_open"
+        return reason
+
     def call(
         self,
         adapter: BaseProvider,
         request: AuditRequest | None = None,
-        invoke: Invoke | None = None,
+        invoke: InvokeSteps | None = None,
         *,
         defer_success: bool = False,
-    ) -> ProviderResult:
+    ) -> Steps[ProviderResult]:
         """One candidate through the retry layer, with hooks and breaker bookkeeping.
 
         ``defer_success``: an opened stream is not a success yet — the caller feeds the
@@ -419,24 +516,43 @@ class _Session:
             model=config.model,
             task=request.task,
         )
-        kwargs: dict[str, object] = {"budget": self.budget, "invoke": invoke}
-        if self.sleeper is not None:
-            kwargs["sleeper"] = self.sleeper
-        if breaker.is_probe(config):
-            kwargs["max_retries"] = 0  # a half-open probe is exactly one upstream request
-        result = call_with_retries(adapter, request, **kwargs)  # type: ignore[arg-type]
+        # A half-open probe is exactly one upstream request.
+        max_retries = 0 if breaker.is_probe(config) else None
+        try:
+            result = yield from retry_steps(
+                adapter, request, budget=self.budget, invoke=invoke, max_retries=max_retries
+            )
+        except ClientGone:
+            # Cut short by the client (async drivers): never counted, frees a probe slot.
+            gone = error_result(
+                adapter, _gone_error(), latency_ms=0.0, retries=0, upstream_requests=1
+            )
+            yield Observe(config, gone)
+            self.walk.add(**_attempt_record(gone, served=False))
+            raise
         result = sanitized(result, request)
         if not (defer_success and result.ok):
-            breaker.observe(config, result)
+            yield Observe(config, result)
         send(after_provider_result, request_id=self.request_id, provider=config.name, result=result)
         return result
 
-    def run(self, attempt: AttemptFn) -> tuple[ProviderResult, str | None]:
-        if self.plan.router_mode == "forced":
-            return self._forced(attempt)
-        return self._walk_chain(attempt)
+    def gone(self) -> ProviderResult:
+        """The final result of a request whose client went away before its answer."""
+        last = self.walk.attempts[-1] if self.walk.attempts else None
+        return ProviderResult(
+            provider=last.provider if last else "",
+            model=last.model if last else "",
+            mode="error",
+            status="error",
+            error=_gone_error().to_info(),
+        )
 
-    def _forced(self, attempt: AttemptFn) -> tuple[ProviderResult, str | None]:
+    def run(self, attempt: AttemptFn) -> Steps[tuple[ProviderResult, str | None]]:
+        if self.plan.router_mode == "forced":
+            return (yield from self._forced(attempt))
+        return (yield from self._walk_chain(attempt))
+
+    def _forced(self, attempt: AttemptFn) -> Steps[tuple[ProviderResult, str | None]]:
         """Exactly the forced provider: no skipping, no mock substitution."""
         request = self.request
         name = self.plan.names[0]
@@ -445,7 +561,7 @@ class _Session:
         # Forced mode never substitutes the mock, but it respects the access rules, the
         # attempt budget and the circuit: an open circuit answers circuit_open without
         # a call; a half-open one lets the forced call be its single probe.
-        reason = _skip_reason(name, row, adapter, request, self.budget, denied=self.denied)
+        reason = yield from self.skip(name, row, adapter, self.budget)
         if adapter is None and reason != "not_allowed":
             reason = "unknown_provider"
         if reason is not None or adapter is None:
@@ -454,18 +570,18 @@ class _Session:
             self.walk.add(provider=name, model=model, outcome="skipped", reason=reason)
             capability = missing_capability(adapter, request) if adapter is not None else None
             return _skip_result(name, model, reason, capability=capability), None
-        result = attempt(adapter)
+        result = yield from attempt(adapter)
         self.walk.add(**_attempt_record(result, served=result.ok))
         return result, None
 
-    def _walk_chain(self, attempt: AttemptFn) -> tuple[ProviderResult, str | None]:
+    def _walk_chain(self, attempt: AttemptFn) -> Steps[tuple[ProviderResult, str | None]]:
         plan, walk = self.plan, self.walk
         first_reason: str | None = None
         any_attempted = False
         for position, (name, model) in enumerate(plan.candidates):
             row = self.rows.get(name)
             adapter = _adapter_for(name, model, row)
-            reason = _skip_reason(name, row, adapter, self.request, self.budget, denied=self.denied)
+            reason = yield from self.skip(name, row, adapter, self.budget)
             if reason is not None or adapter is None:
                 reason = reason or "unknown_provider"
                 shown_model = model or (row.model if row else "")
@@ -474,7 +590,7 @@ class _Session:
                 send(on_provider_fallback, request_id=walk.request_id, provider=name, reason=reason)
                 continue
             is_backstop = name == MOCK_PROVIDER_NAME and position == len(plan.candidates) - 1
-            result = attempt(adapter)
+            result = yield from attempt(adapter)
             if result.ok:
                 walk.add(**_attempt_record(result, served=True))
                 if position == 0 and plan.configured:
@@ -514,7 +630,7 @@ class _Session:
 
     def finish(
         self, final: ProviderResult, fallback_reason: str | None, *, persist: bool
-    ) -> RoutingResult:
+    ) -> Steps[RoutingResult]:
         plan = self.plan
         final = sanitized(final, self.request)
         metadata = RoutingMetadata(
@@ -537,7 +653,7 @@ class _Session:
             total_latency_ms=(time.perf_counter() - self.started) * 1000,
         )
         if persist:
-            record_or_spool(self.request, routed)  # never raises; spools on a DB error
+            yield Record(self.request, routed)  # never raises; spools on a DB error
         logger.info(
             "routed request_id=%s task=%s mode=%s selected=%s status=%s fallback=%s",
             self.request_id,
@@ -550,6 +666,18 @@ class _Session:
         return routed
 
 
+def _route(request: AuditRequest, request_id: str | None, persist: bool) -> Steps[RoutingResult]:
+    """The whole of :func:`route` / :func:`aroute`."""
+    started = time.perf_counter()
+    session = _Session(request, (yield Setup(request)), request_id=request_id, started=started)
+    try:
+        final, fallback_reason = yield from session.run(session.call)
+    except ClientGone:  # cancelled (async driver): the decision is still recorded
+        yield from session.finish(session.gone(), None, persist=persist)
+        raise
+    return (yield from session.finish(final, fallback_reason, persist=persist))
+
+
 def route(
     request: AuditRequest,
     *,
@@ -558,9 +686,19 @@ def route(
     persist: bool = True,
 ) -> RoutingResult:
     """Route one request and record it. Never raises on a well-formed request."""
-    session = _Session(request, request_id=request_id, sleeper=sleeper)
-    final, fallback_reason = session.run(session.call)
-    return session.finish(final, fallback_reason, persist=persist)
+    return effects.run(_route(request, request_id, persist), sleeper=sleeper)
+
+
+async def aroute(
+    request: AuditRequest,
+    *,
+    request_id: str | None = None,
+    sleeper: AsyncSleeper | None = None,
+    persist: bool = True,
+) -> RoutingResult:
+    """:func:`route` for the event loop (the same walk, driven with awaits);
+    ``sleeper`` is an async callable. Cancelled, it still records the decision."""
+    return await effects.arun(_route(request, request_id, persist), sleeper=sleeper)
 
 
 # --- explain (read-only) --------------------------------------------------------------
@@ -584,7 +722,7 @@ def explain(request: AuditRequest) -> Explanation:
     for position, (name, model) in enumerate(plan.candidates):
         row = rows.get(name)
         adapter = _adapter_for(name, model, row)
-        reason = _skip_reason(name, row, adapter, request, check_circuit=False, denied=denied)
+        reason = _skip_reason(name, row, adapter, request, denied=denied)
         if forced and adapter is None and reason != "not_allowed":
             reason = "unknown_provider"
         shown_model = model or (adapter.config.model if adapter else (row.model if row else ""))
@@ -650,33 +788,68 @@ def route_stream(
 
     The commit point is the first chunk handed to the caller: before it, every failure
     may fail over; after it, only the ``continuation`` mode may, and only to a
-    provider that declares prefill support.
+    provider that declares prefill support. Nothing runs before the first ``next()``.
     """
-    session = _Session(request, request_id=request_id, sleeper=sleeper)
+    core = _route_stream(request, request_id, stream_mode, persist)
+    return effects.stream(core, sleeper=sleeper)
+
+
+def aroute_stream(
+    request: AuditRequest,
+    *,
+    request_id: str | None = None,
+    sleeper: AsyncSleeper | None = None,
+    persist: bool = True,
+    stream_mode: str | None = None,
+) -> AsyncIterator[RouterStreamEvent]:
+    """:func:`route_stream` for the event loop (the same walk, driven with awaits): an
+    async generator. ``aclose()`` or a cancellation records the decision with the
+    attempt marked ``client_disconnected``, closes the upstream stream and frees a
+    probe slot."""
+    core = _route_stream(request, request_id, stream_mode, persist)
+    return effects.astream(core, sleeper=sleeper)
+
+
+#: A live stream: the driver's opaque handle and the events read before the commit point.
+_Live = tuple[Any, list[StreamEvent]]
+
+
+def _route_stream(
+    request: AuditRequest, request_id: str | None, stream_mode: str | None, persist: bool
+) -> Steps[None]:
+    """The whole of :func:`route_stream` / :func:`aroute_stream`: its events to the
+    caller are ``Emit`` effects."""
+    started = time.perf_counter()
+    session = _Session(request, (yield Setup(request)), request_id=request_id, started=started)
     mode = stream_mode or session.plan.stream_mode
-    live: dict[str, tuple[Iterator[StreamEvent], list[StreamEvent]]] = {}
+    live: dict[str, _Live] = {}
     # Opened streams whose outcome the breaker has not seen yet (settled when they end).
     opened: dict[str, _Opened] = {}
 
-    def opener(req: AuditRequest, buffer_all: bool) -> Callable[[BaseProvider], ProviderResult]:
-        def attempt(adapter: BaseProvider) -> ProviderResult:
-            def invoke(api_key: str | None, timeout: float) -> ProviderResult:
+    def opener(req: AuditRequest, buffer_all: bool) -> AttemptFn:
+        def attempt(adapter: BaseProvider) -> Steps[ProviderResult]:
+            def invoke(api_key: str | None, timeout: float) -> Steps[ProviderResult]:
                 clamped = with_output_ceiling(req, adapter.config)
-                events = adapter.stream(clamped, api_key=api_key, timeout=timeout)
+                events = yield OpenStream(adapter, clamped, api_key, timeout)
                 head: list[StreamEvent] = []
-                for event in events:  # failures here are pre-commit: they fail over
-                    head.append(event)
-                    if isinstance(event, StreamEnd) or (
-                        not buffer_all
-                        and (
-                            isinstance(event, StreamToolCallDelta)
-                            or (isinstance(event, StreamDelta) and event.text)
-                        )
-                    ):
-                        break
-                if not head or (buffer_all and not isinstance(head[-1], StreamEnd)):
-                    # A truncated transfer, still pre-commit: transient, so it fails over.
-                    raise NetworkError("The stream ended before it finished.")
+                try:
+                    # Failures here are pre-commit: they fail over.
+                    while (event := (yield NextEvent(events))) is not None:
+                        head.append(event)
+                        if isinstance(event, StreamEnd) or (
+                            not buffer_all
+                            and (
+                                isinstance(event, StreamToolCallDelta)
+                                or (isinstance(event, StreamDelta) and event.text)
+                            )
+                        ):
+                            break
+                    if not head or (buffer_all and not isinstance(head[-1], StreamEnd)):
+                        # A truncated transfer, still pre-commit: transient, so it fails over.
+                        raise NetworkError("The stream ended before it finished.")
+                except (Exception, ClientGone):
+                    yield CloseStream(events)
+                    raise
                 live[adapter.config.name] = (events, head)
                 opened[adapter.config.name] = (adapter.config, timeout)
                 return ProviderResult(
@@ -686,20 +859,31 @@ def route_stream(
                     status="ok",
                 )
 
-            return session.call(adapter, req, invoke, defer_success=True)
+            return (yield from session.call(adapter, req, invoke, defer_success=True))
 
         return attempt
 
-    final, fallback_reason = session.run(opener(request, mode == "atomic"))
+    outcome = _StreamOutcome()
+    try:
+        final, fallback_reason = yield from session.run(opener(session.request, mode == "atomic"))
+    except ClientGone:  # cancelled before the commit point (async drivers)
+        outcome.failure = _gone_error()
+        final = session.gone()
+        for events, _ in live.values():
+            yield CloseStream(events)
+        for entry in opened.values():
+            yield from _settle(session, entry, final, outcome)
+        yield from session.finish(final, None, persist=persist)
+        raise
     if not final.ok or final.provider not in live:
-        yield StreamResult(session.finish(final, fallback_reason, persist=persist))
+        routed = yield from session.finish(final, fallback_reason, persist=persist)
+        yield Emit(StreamResult(routed))
         return
 
     delivered: list[str] = []
-    outcome = _StreamOutcome()
     try:
         yield from _pump(live.pop(final.provider), delivered, outcome, session.walk.attempts[-1])
-        _settle(session, opened.pop(final.provider, None), final, outcome)
+        yield from _settle(session, opened.pop(final.provider, None), final, outcome)
         if (
             outcome.failure is not None
             and mode == "continuation"
@@ -707,19 +891,22 @@ def route_stream(
             and not outcome.tool_deltas  # a prefill cannot continue a half tool call
         ):
             yield from _continue(session, opener, live, opened, delivered, outcome)
-    except GeneratorExit:
-        outcome.failure = ResponseError("The client went away mid-stream.")
-        outcome.failure.category = "client_disconnected"
+    except ClientGone:
+        outcome.failure = _gone_error()
         raise
     finally:
+        for events, _ in live.values():
+            yield CloseStream(events)
         for entry in opened.values():  # cut short by the client: frees a probe slot
-            _settle(session, entry, final, outcome)
-        routed = _finish_stream(session, final, fallback_reason, delivered, outcome, persist)
+            yield from _settle(session, entry, final, outcome)
+        routed = yield from _finish_stream(
+            session, final, fallback_reason, delivered, outcome, persist
+        )
     if outcome.failure is None:
-        yield StreamResult(routed)
+        yield Emit(StreamResult(routed))
     else:
-        info = scrub_error((outcome.original or outcome.failure).to_info(), request)
-        yield StreamFailure(error=info, partial=outcome.committed(delivered), routed=routed)
+        info = scrub_error((outcome.original or outcome.failure).to_info(), session.request)
+        yield Emit(StreamFailure(error=info, partial=outcome.committed(delivered), routed=routed))
 
 
 @dataclass
@@ -744,27 +931,34 @@ class _StreamOutcome:
 
 
 def _pump(
-    source: tuple[Iterator[StreamEvent], list[StreamEvent]],
+    source: _Live,
     delivered: list[str],
     outcome: _StreamOutcome,
     served: AttemptRecord,
-) -> Iterator[StreamChunk]:
+) -> Steps[None]:
+    """Hand a live stream's events to the caller (``Emit``) until its end, then close it."""
     events, head = source
     outcome.end, outcome.failure = None, None
     guard = KeyGuard(known_key_values())
+    queued = iter(head)
     try:
-        for event in itertools.chain(head, events):
+        while True:
+            event = next(queued, None)
+            if event is None and (event := (yield NextEvent(events))) is None:
+                break
             if isinstance(event, StreamEnd):
                 outcome.end = event
                 break
             if isinstance(event, StreamToolCallDelta):
                 outcome.tool_deltas.append(event.delta)
-                yield StreamChunk(
-                    "", provider=served.provider, model=served.model, tool_call=event.delta
+                yield Emit(
+                    StreamChunk(
+                        "", provider=served.provider, model=served.model, tool_call=event.delta
+                    )
                 )
-            elif text := guard.feed(event.text):
+            elif isinstance(event, StreamDelta) and (text := guard.feed(event.text)):
                 delivered.append(text)
-                yield StreamChunk(text, provider=served.provider, model=served.model)
+                yield Emit(StreamChunk(text, provider=served.provider, model=served.model))
         if outcome.end is None:
             outcome.failure = ResponseError("The stream was cut before it finished.")
     except ProviderError as exc:
@@ -772,9 +966,13 @@ def _pump(
     except Exception as exc:
         logger.exception("Stream adapter raised %s", type(exc).__name__)
         outcome.failure = ResponseError(f"The stream failed ({type(exc).__name__}).")
+    except ClientGone:
+        yield CloseStream(events)
+        raise
+    yield CloseStream(events)
     if rest := guard.flush():
         delivered.append(rest)
-        yield StreamChunk(rest, provider=served.provider, model=served.model)
+        yield Emit(StreamChunk(rest, provider=served.provider, model=served.model))
 
 
 #: An opened stream: the config it was called with and the timeout it was given.
@@ -783,7 +981,7 @@ _Opened = tuple[ProviderConfig, float]
 
 def _settle(
     session: _Session, entry: _Opened | None, opened: ProviderResult, outcome: _StreamOutcome
-) -> None:
+) -> Steps[None]:
     """Feed an opened stream's real outcome to the breaker, under the model it was
     called with (a chain entry's override included): its success only once it ended
     cleanly, its failure after the commit point as a failure — unless it is a timeout
@@ -794,23 +992,23 @@ def _settle(
     config, timeout = entry
     failure = outcome.failure
     if failure is None:
-        breaker.observe(config, opened)
+        yield Observe(config, opened)
         return
     failure = outcome.failure = deadline_caused(
         failure, timeout=timeout, own_timeout=config.timeout_s, budget=session.budget
     )
     error = failure.to_info()
-    breaker.observe(config, replace(opened, mode="error", status="error", error=error))
+    yield Observe(config, replace(opened, mode="error", status="error", error=error))
 
 
 def _continue(
     session: _Session,
-    opener: Callable[[AuditRequest, bool], Callable[[BaseProvider], ProviderResult]],
-    live: dict[str, tuple[Iterator[StreamEvent], list[StreamEvent]]],
+    opener: Callable[[AuditRequest, bool], AttemptFn],
+    live: dict[str, _Live],
     opened: dict[str, _Opened],
     delivered: list[str],
     outcome: _StreamOutcome,
-) -> Iterator[StreamChunk]:
+) -> Steps[None]:
     """Mid-stream failure in continuation mode: one later candidate with prefill
     support continues the delivered text. A fallback that fails (or rejects the
     prefill) never masks the original failure."""
@@ -835,14 +1033,14 @@ def _continue(
         adapter = _adapter_for(name, "", row)
         if row is None or adapter is None or not adapter.supports("prefill"):
             continue
-        if _skip_reason(name, row, adapter, session.request, denied=session.denied) is not None:
+        if (yield from session.skip(name, row, adapter, None)) is not None:
             continue
-        result = opener(request, False)(adapter)
+        result = yield from opener(request, False)(adapter)
         session.walk.add(**_attempt_record(result, served=result.ok))
         if not result.ok or name not in live:
             break
         yield from _pump(live.pop(name), delivered, outcome, session.walk.attempts[-1])
-        _settle(session, opened.pop(name, None), result, outcome)
+        yield from _settle(session, opened.pop(name, None), result, outcome)
         if outcome.failure is None:
             outcome.served_by = name
             return
@@ -868,7 +1066,7 @@ def _finish_stream(
     delivered: list[str],
     outcome: _StreamOutcome,
     persist: bool,
-) -> RoutingResult:
+) -> Steps[RoutingResult]:
     attempts = session.walk.attempts
     last = attempts[-1]
     failure = outcome.failure
@@ -903,83 +1101,4 @@ def _finish_stream(
         result = replace(
             final, mode="error", status="error", output="".join(delivered), error=error
         )
-    return session.finish(result, fallback_reason, persist=persist)
-
-
-# --- TEMP async shims (views branch; replaced by core) ---
-# Stand-ins for the async driver of branch ``core`` (same names and signatures), so the
-# async views and ``aaudit``/``achat`` run before it lands: the sync driver in a worker
-# thread. The lead drops everything between these two marker lines at merge.
-
-from collections.abc import AsyncIterator  # noqa: E402
-
-from django.db import close_old_connections  # noqa: E402
-
-
-async def aroute(
-    request: AuditRequest,
-    *,
-    request_id: str | None = None,
-    sleeper: Any = None,
-    persist: bool = True,
-) -> RoutingResult:
-    """:func:`route` as a coroutine (TEMP: the sync driver in a worker thread)."""
-    from asgiref.sync import sync_to_async
-
-    assert sleeper is None, "the TEMP shim takes no async sleeper"
-
-    def run() -> RoutingResult:
-        try:
-            return route(request, request_id=request_id, persist=persist)
-        finally:
-            close_old_connections()  # the worker thread's connection, past CONN_MAX_AGE
-
-    return await sync_to_async(run, thread_sensitive=False)()
-
-
-async def aroute_stream(
-    request: AuditRequest,
-    *,
-    request_id: str | None = None,
-    sleeper: Any = None,
-    persist: bool = True,
-    stream_mode: str | None = None,
-) -> AsyncIterator[RouterStreamEvent]:
-    """:func:`route_stream` as an async generator (TEMP: each ``next()`` in a worker
-    thread; closing it closes the sync generator, which records ``client_disconnected``)."""
-    import threading
-    from collections.abc import Generator
-    from typing import cast
-
-    from asgiref.sync import sync_to_async
-
-    assert sleeper is None, "the TEMP shim takes no async sleeper"
-    events = cast(
-        Generator[RouterStreamEvent, None, None],
-        route_stream(request, request_id=request_id, persist=persist, stream_mode=stream_mode),
-    )
-    # A cancelled await leaves its next() running in the thread: close() waits for it.
-    lock = threading.Lock()
-
-    def step() -> RouterStreamEvent | None:
-        with lock:
-            try:
-                return next(events, None)
-            finally:
-                close_old_connections()
-
-    def close() -> None:
-        with lock:
-            try:
-                events.close()
-            finally:
-                close_old_connections()
-
-    try:
-        while (event := await sync_to_async(step, thread_sensitive=False)()) is not None:
-            yield event
-    finally:
-        await sync_to_async(close, thread_sensitive=False)()
-
-
-# --- end TEMP async shims ---
+    return (yield from session.finish(result, fallback_reason, persist=persist))

@@ -12,7 +12,7 @@ import pytest
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
-from llm_routing import snapshot
+from llm_routing import budgets, snapshot
 from llm_routing.api.authentication import clear_token_cache
 from llm_routing.errors import ProviderError
 from llm_routing.models import Chain, ChainEntry, Provider
@@ -31,6 +31,7 @@ from llm_routing.types import (
     StreamToolCallDelta,
     Usage,
 )
+from tests import drivers
 from tests.breaker_support import FakeClock
 from tests.fakes.upstream import FakeUpstream
 
@@ -133,6 +134,15 @@ def make_chain(name: str, providers: list[Provider], *, is_default: bool = False
     return chain
 
 
+@pytest.fixture(params=drivers.DRIVERS)
+def driver(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Runs the test once per router driver: a module opting in with
+    ``pytest.mark.usefixtures("driver")`` calls ``route`` / ``route_stream`` through
+    ``aroute`` / ``aroute_stream`` in its "async" run (tests/drivers.py)."""
+    drivers.use(request.param, request.module, monkeypatch)
+    return str(request.param)
+
+
 @pytest.fixture
 def user(django_user_model: Any) -> Any:
     return django_user_model.objects.create_user(username="alice", password="pw-alice-123")
@@ -160,6 +170,7 @@ def _clear_cache() -> Iterator[None]:
     # The test database is rolled back after each test (no signal): forget the snapshot.
     snapshot.clear()
     clear_token_cache()
+    budgets.reset_cache_state()  # budget rows cached per process, outlive a rollback
     yield
     snapshot.clear()
     clear_token_cache()

@@ -49,3 +49,5 @@ LLM_ROUTING = {
     "REQUEST_DEADLINE_S": float(os.environ.get("LLMR_TEST_DEADLINE_S", "60")),
     "JOB_LEASE_GRACE_S": float(os.environ.get("LLMR_TEST_LEASE_GRACE_S", "30")),
 }
+if os.environ.get("LLMR_TEST_NO_THROTTLES"):  # the budget race: only budgets may refuse
+    LLM_ROUTING["API_THROTTLE_CLASSES"] = []

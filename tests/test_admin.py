@@ -9,7 +9,7 @@ from django.contrib import admin
 from django.contrib.auth import get_user_model
 from django.urls import reverse
 
-from llm_routing.models import AuditJob, Chain, Provider, RoutingDecision, RoutingRule
+from llm_routing.models import AuditJob, Budget, Chain, Provider, RoutingDecision, RoutingRule
 from llm_routing.router import route
 from llm_routing.types import AuditRequest
 
@@ -30,6 +30,7 @@ def populated(scripted, key_env):
     b = make_provider("b", enabled=False)
     chain = make_chain("main", [a, b], is_default=True)
     RoutingRule.objects.create(name="r", route="vision", chain=chain)
+    Budget.objects.create(name="everyone", scope="global", max_requests=5)
     route(AuditRequest(task="t", input_text="INPUT-CANARY-93b2 text"))
     owner = get_user_model().objects.create_user(username="job-owner", password="pw-job-1")
     AuditJob.objects.create(
@@ -62,6 +63,7 @@ def test_every_page_renders_without_key_or_input(admin_client, populated):
             seen += 1
     assert {m.__name__ for m in MODELS} == {
         "Provider", "Chain", "ChainEntry", "RoutingRule", "RoutingDecision", "Attempt", "AuditJob",
+        "Budget",
     }  # fmt: skip
     assert seen == 2 * len(MODELS)
 

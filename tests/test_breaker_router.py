@@ -26,7 +26,7 @@ from llm_routing.types import AuditRequest
 
 from .breaker_support import KIND, FakeClock, FakeUpstream, install
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("driver")]
 
 REQUEST = AuditRequest(task="summarize", input_text="hello")
 REDIS_URL = (

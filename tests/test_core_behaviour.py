@@ -44,6 +44,10 @@ from llm_routing.types import (
 from .breaker_support import BrokenCache, FakeClock
 from .conftest import ScriptedProvider, make_chain, make_provider
 
+# Every routed call in this module runs against both drivers (tests/drivers.py).
+pytestmark = pytest.mark.usefixtures("driver")
+
+
 REQUEST = AuditRequest(task="summarize", input_text="hello")
 CONFIG = ProviderConfig(name="primary", kind="openai", model="gpt-x", timeout_s=5.0)
 UNAVAILABLE = ErrorInfo(category="unavailable", message="503", http_status=503, transient=True)

@@ -40,6 +40,10 @@ from llm_routing.types import AuditRequest, ErrorInfo, ProviderConfig, ProviderR
 from .breaker_support import FakeClock
 from .conftest import KeylessScriptedProvider, ScriptedProvider, make_chain, make_provider
 
+# Every routed call in this module runs against both drivers (tests/drivers.py).
+pytestmark = pytest.mark.usefixtures("driver")
+
+
 PROPERTY = settings(
     max_examples=60,
     deadline=None,

@@ -23,7 +23,7 @@ from tests.breaker_support import FakeClock
 from tests.conftest import ScriptedProvider, Sleeps, make_chain, make_provider, upstream_fields
 from tests.fakes.upstream import FakeUpstream, Fault, Faults
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("driver")]
 
 REQUEST = AuditRequest(task="summarize", input_text="Some input text.")
 

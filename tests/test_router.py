@@ -18,7 +18,7 @@ from llm_routing.types import AuditRequest, StreamResult
 
 from .conftest import make_chain, make_provider
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("driver")]
 
 SCHEMA = {"type": "object", "properties": {"x": {"type": "string"}}, "required": ["x"]}
 

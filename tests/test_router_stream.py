@@ -11,7 +11,7 @@ from llm_routing.types import AuditRequest, StreamChunk, StreamFailure, StreamRe
 
 from .conftest import make_chain, make_provider
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("driver")]
 
 
 def run(**kw: object) -> tuple[str, object]:

@@ -25,7 +25,7 @@ from llm_routing.types import (
 
 from .conftest import make_chain, make_provider
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("driver")]
 
 WEATHER = Tool(
     name="get_weather",

@@ -18,7 +18,7 @@ from llm_routing.types import AuditRequest, RoutingResult
 from tests.conftest import Sleeps
 from tests.fakes.upstream import FakeUpstream, Faults
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("driver")]
 
 REQUEST = AuditRequest(task="summarize", input_text="Some input text.")
 

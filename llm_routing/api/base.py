@@ -1,6 +1,6 @@
 """The base of every API view: authentication, permissions and throttles from
 ``LLM_ROUTING``, the size-limited JSON parser, and the access check that carries the
-caller's identity into the router's request.
+caller's identity into the router's request, then the caller's budgets (429).
 
 A view that also serves under ASGI as a coroutine (``/audit/``, ``/v1/chat/completions``,
 ``/health/``) names that method in ``async_method`` and splits its handler in two:
@@ -36,6 +36,7 @@ from rest_framework.views import APIView
 from ..access import principal_for, refusal
 from ..conf import routing_settings
 from ..types import AuditRequest
+from .budget_guard import enforce_budgets
 from .parsers import LimitedJSONParser
 
 __all__ = ["RoutingAPIView", "ServerMatchedView", "in_thread"]
@@ -144,6 +145,7 @@ class RoutingAPIView(APIView):
         reason = refusal(audit_request)
         if reason is not None:
             raise PermissionDenied(reason)
+        enforce_budgets(request, audit_request.principal)  # budgets: 429 before the walk
         return audit_request
 
     # --- the two faces --------------------------------------------------------------

@@ -44,6 +44,7 @@ from ..types import (
     StreamResult,
 )
 from .base import RoutingAPIView
+from .budget_guard import BudgetRefused
 from .chat_serializers import (
     MessagesField,
     SamplingSerializer,
@@ -330,7 +331,9 @@ def _flatten(detail: Any, prefix: str = "") -> tuple[str, str | None]:
 class OpenAIErrorsMixin:
     def handle_exception(self, exc: Exception) -> Response:
         response: Response = super().handle_exception(exc)  # type: ignore[misc]
-        if isinstance(exc, exceptions.APIException):
+        if isinstance(exc, BudgetRefused):  # budgets: their fields in the envelope
+            response.data = exc.openai_body()
+        elif isinstance(exc, exceptions.APIException):
             message, param = _flatten(exc.detail)
             code = exc.get_codes()
             code_str = code if isinstance(code, str) else None

@@ -107,6 +107,13 @@ def _request(name: str, value: Any, summary: str, description: str = "") -> Any:
 
 UNAUTHENTICATED = {"detail": "Authentication credentials were not provided."}
 THROTTLED = {"detail": "Request was throttled. Expected available in 21 seconds."}
+#: A request over a budget's cap (docs/budgets.md).
+BUDGET_EXCEEDED = {
+    "budget": "alice-daily",
+    "window": "day",
+    "reset_at": "2026-12-04T00:00:00Z",
+    "detail": "Budget 'alice-daily' is exhausted for this day; it resets at 2026-12-04T00:00:00Z.",
+}
 
 # --- POST /audit/ -----------------------------------------------------------------------
 
@@ -136,7 +143,8 @@ Use it from any HTTP client. Variants of the same request:
   parsed, validated object.
 
 Errors: 400 names the bad fields (unknown fields too); 401/403 without valid
-credentials; 413 for a body over the size cap; 429 when throttled (`Retry-After`).
+credentials; 413 for a body over the size cap; 429 when throttled or over a budget
+(`budget`, `window`, `reset_at`; `Retry-After`).
 The raw input is never stored or logged — its length and SHA-256 only.
 """
 
@@ -284,7 +292,9 @@ AUDIT: dict[str, Any] = {
             response=OpenApiTypes.OBJECT, description="The body is over `MAX_REQUEST_BYTES`."
         ),
         429: OpenApiResponse(
-            response=OpenApiTypes.OBJECT, description="Throttled; see `Retry-After`."
+            response=OpenApiTypes.OBJECT,
+            description="Throttled, or a budget is exhausted (`budget`, `window`, "
+            "`reset_at`); see `Retry-After`.",
         ),
     },
     "examples": [
@@ -397,6 +407,7 @@ AUDIT: dict[str, Any] = {
             "Body too large", "413", {"detail": "Request body too large."}, "Over the size cap"
         ),
         _response("Throttled", "429", THROTTLED, "Over the per-user rate"),
+        _response("Over a budget", "429", BUDGET_EXCEEDED, "A budget's cap is reached"),
     ],
 }
 
@@ -591,15 +602,15 @@ first chunk ends the stream with an in-band error object and no `[DONE]`.
 
 Unlike `POST /audit/`, failures are HTTP errors in OpenAI's envelope, so SDKs raise
 them: 400 for an invalid request (also a context-length or content-policy refusal
-upstream), 401 without valid credentials, 404 for an unknown `model`, 429 when
-throttled, 502 when the upstream rejected the key or answered garbage, 503 when every
-real candidate was skipped or failed — with the request id and each candidate's reason,
-never a mock answer presented as a real one (unless the chain opts in with
-`mock_backstop`). Transient upstream failures fail over first and never reach you.
-Conversations pass through with roles and order intact; `tools` / `tool_choice` work
-with every vendor kind, and tool calls come back as `message.tool_calls` (streamed as
-`delta.tool_calls`) with `finish_reason` `tool_calls`. Types are strict and an unknown
-parameter is a 400 naming it.
+upstream), 401 without valid credentials, 404 for an unknown `model`, 429 when throttled
+or over a budget (code `budget_exceeded`), 502 when the upstream rejected the key or
+answered garbage, 503 when every real candidate was skipped or failed — with the request
+id and each candidate's reason, never a mock answer presented as a real one (unless the
+chain opts in with `mock_backstop`). Transient upstream failures fail over first and
+never reach you. Conversations pass through with roles and order intact; `tools` /
+`tool_choice` work with every vendor kind, and tool calls come back as
+`message.tool_calls` (streamed as `delta.tool_calls`) with `finish_reason` `tool_calls`.
+Types are strict and an unknown parameter is a 400 naming it.
 """,
     "responses": {
         200: OpenApiResponse(
@@ -613,7 +624,9 @@ parameter is a 400 naming it.
             description="Not allowed to route there (a chain or provider the caller may not use).",
         ),
         404: OpenApiResponse(response=OpenApiTypes.OBJECT, description="Unknown `model`."),
-        429: OpenApiResponse(response=OpenApiTypes.OBJECT, description="Throttled."),
+        429: OpenApiResponse(
+            response=OpenApiTypes.OBJECT, description="Throttled, or a budget is exhausted."
+        ),
         502: OpenApiResponse(
             response=OpenApiTypes.OBJECT,
             description="The upstream rejected the key or answered an unusable body.",
@@ -706,6 +719,21 @@ parameter is a 400 naming it.
             "429",
             _openai_error(THROTTLED["detail"], "rate_limit_error", "throttled"),
             "Over the per-user rate",
+        ),
+        _response(
+            "Over a budget",
+            "429",
+            {
+                "error": {
+                    **_openai_error(
+                        BUDGET_EXCEEDED["detail"], "rate_limit_error", "budget_exceeded"
+                    )["error"],
+                    "budget": "alice-daily",
+                    "window": "day",
+                    "reset_at": "2026-12-04T00:00:00Z",
+                }
+            },
+            "A budget's cap is reached",
         ),
         _response(
             "Upstream rejected the key",

@@ -17,6 +17,7 @@ I/O in :class:`HttpProvider`, a worker thread for adapters written sync-only.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -24,7 +25,7 @@ import threading
 import time
 import weakref
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
@@ -155,8 +156,11 @@ class BaseProvider(ABC):
         iterator too (after a pull still running in its thread, never on the loop)."""
         iterator = self.stream(request, api_key=api_key, timeout=timeout)
         if self.result_mode != "mock":
-            async for event in _pulled_in_threads(iterator):
-                yield event
+            # aclosing: closing this generator closes the puller (and the sync iterator)
+            # now, not when the garbage collector finalizes it.
+            async with contextlib.aclosing(_pulled_in_threads(iterator)) as pulled:
+                async for event in pulled:
+                    yield event
             return
         try:
             for event in iterator:
@@ -652,7 +656,7 @@ class HttpProvider(BaseProvider):
         )
 
 
-async def _pulled_in_threads(iterator: Iterator[StreamEvent]) -> AsyncIterator[StreamEvent]:
+async def _pulled_in_threads(iterator: Iterator[StreamEvent]) -> AsyncGenerator[StreamEvent, None]:
     """A sync event iterator consumed from async code, each ``next()`` in a worker
     thread. On exit (end, error, ``aclose()``, cancellation) the iterator is closed —
     after a pull still running in its thread, so never concurrently with it."""

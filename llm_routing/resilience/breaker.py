@@ -39,16 +39,19 @@ import math
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Generator, Iterable, Mapping
 from dataclasses import asdict, dataclass, fields, replace
 from datetime import UTC, datetime
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
+from django.core.cache.backends.locmem import LocMemCache
 from django.core.exceptions import ImproperlyConfigured
 
+from ..cache import RedisCache as SharedRedisCache
 from ..cache import routing_cache
 from ..conf import routing_settings
+from ..effects import Context, Effect
 from ..types import ErrorInfo, ProviderConfig, ProviderResult
 
 if TYPE_CHECKING:
@@ -62,11 +65,16 @@ __all__ = [
     "OPEN",
     "RECORD_TTL_S",
     "SUCCESS_WRITE_INTERVAL_S",
+    "Allow",
     "Circuit",
     "CircuitStore",
+    "Observe",
     "Peek",
     "Policy",
+    "aallow",
     "allow",
+    "aobserve",
+    "apeek",
     "counts",
     "is_probe",
     "observe",
@@ -92,6 +100,10 @@ RECORD_TTL_S = 86_400
 SUCCESS_WRITE_INTERVAL_S = 1.0
 
 Clock = Callable[[], float]
+T = TypeVar("T")
+#: A decision as a generator of cache operations: yields ``(method, *args)``, receives
+#: the cache's answer, returns the decision.
+CacheOps = Generator[tuple[Any, ...], Any, T]
 
 
 # --- pure state machine ------------------------------------------------------------------
@@ -323,6 +335,18 @@ def on_failure(
     return seen
 
 
+def _fresh_success(circuit: Circuit, now: float) -> bool:
+    """A clean, closed circuit whose last success was written moments ago: another
+    success changes nothing worth a write (:data:`SUCCESS_WRITE_INTERVAL_S`)."""
+    return (
+        circuit.state == CLOSED
+        and circuit.failures == 0
+        and circuit.level == 0
+        and circuit.last_success_at is not None
+        and 0 <= now - circuit.last_success_at < SUCCESS_WRITE_INTERVAL_S
+    )
+
+
 # --- storage -------------------------------------------------------------------------------
 
 
@@ -377,6 +401,20 @@ _probing: contextvars.ContextVar[Mapping[str, str]] = contextvars.ContextVar(
 )
 
 
+#: Circuits this context found closed in :meth:`CircuitStore.allow`: circuit key -> the
+#: circuit as read. A success observed on a circuit that was clean then needs no read.
+_seen: contextvars.ContextVar[Mapping[str, Circuit]] = contextvars.ContextVar(
+    "llm_routing_breaker_seen", default=MappingProxyType({})
+)
+
+
+def _remember(key: str, circuit: Circuit | None) -> None:
+    seen = {k: v for k, v in _seen.get().items() if k != key}
+    if circuit is not None:
+        seen[key] = circuit
+    _seen.set(seen)
+
+
 def _holding(key: str, token: str | None) -> None:
     held = {k: v for k, v in _probing.get().items() if k != key}
     if token is not None:
@@ -418,12 +456,35 @@ class CircuitStore:
             except Exception as exc:
                 self._cache_failed(exc)
             else:
-                if self._down:
-                    with self._state_lock:
-                        self._down = False
-                    logger.warning("Circuit cache is reachable again; using shared state.")
+                self._cache_answered()
                 return result
         return getattr(self._local, method)(*args)
+
+    async def _acache_call(self, method: str, *args: Any) -> Any:
+        """:meth:`_cache_call` for the event loop: LocMem (process memory) inline,
+        any other backend through its async method (``aget``, ``aadd``, ...)."""
+        if time.monotonic() >= self._retry_at:
+            try:
+                cache = routing_cache()
+                if isinstance(cache, LocMemCache | SharedRedisCache):
+                    # Process memory, or one loopback round trip on the process's
+                    # shared Redis client (Django's own async Redis methods are
+                    # sync_to_async wrappers that queue every call on one thread).
+                    result = getattr(cache, method)(*args)
+                else:
+                    result = await getattr(cache, "a" + method)(*args)
+            except Exception as exc:
+                self._cache_failed(exc)
+            else:
+                self._cache_answered()
+                return result
+        return getattr(self._local, method)(*args)
+
+    def _cache_answered(self) -> None:
+        if self._down:
+            with self._state_lock:
+                self._down = False
+            logger.warning("Circuit cache is reachable again; using shared state.")
 
     def _cache_failed(self, exc: Exception) -> None:
         with self._state_lock:
@@ -483,24 +544,35 @@ class CircuitStore:
         return after
 
     # -- the router's two calls -------------------------------------------------------------
+    # Each decision is written once, as a generator of cache operations (``(method,
+    # *args)`` tuples answered through ``send``); :meth:`_ops` runs it with blocking cache
+    # calls, :meth:`_aops` with Django's async cache methods (LocMem inline).
     def allow(self, config: ProviderConfig) -> bool:
         """Whether a call to this (provider, model) may start now. In half-open it
         claims the single probe slot; only the claimant gets True."""
+        return self._ops(self._allow(config))
+
+    async def aallow(self, config: ProviderConfig) -> bool:
+        """:meth:`allow` through the async cache path (one ``get`` when closed)."""
+        return await self._aops(self._allow(config))
+
+    def _allow(self, config: ProviderConfig) -> CacheOps[bool]:
         if not _tracked(config):
             return True
         now = self.clock()
-        circuit = self.load(config.name, config.model)
-        phase = circuit.phase(now)
         key = _key(config.name, config.model)
+        circuit = Circuit.from_record(config.name, config.model, (yield ("get", key)))
+        phase = circuit.phase(now)
         if key in _probing.get():  # a claim left over by a call that never reported
             _holding(key, None)
         if phase == CLOSED:
+            _remember(key, circuit)
             return True
         if phase == OPEN:
             return False
         ttl = max(Policy.from_settings().probe_ttl, float(config.timeout_s) + 1.0)
         token = uuid.uuid4().hex
-        if not self._cache_call("add", key + ":probe", token, math.ceil(ttl)):
+        if not (yield ("add", key + ":probe", token, math.ceil(ttl))):
             return False
         _holding(key, token)
         logger.info("Circuit %s/%s half-open: this call is the probe.", config.name, config.model)
@@ -512,19 +584,34 @@ class CircuitStore:
     def peek(self, config: ProviderConfig) -> Peek:
         """What :meth:`allow` would answer now, read-only: no probe slot is claimed, no
         record written, no claim of this context touched (explain-route, the admin)."""
+        return self._ops(self._peek(config))
+
+    async def apeek(self, config: ProviderConfig) -> Peek:
+        """:meth:`peek` through the async cache path."""
+        return await self._aops(self._peek(config))
+
+    def _peek(self, config: ProviderConfig) -> CacheOps[Peek]:
         if not _tracked(config):
             return Peek(tracked=False, phase=CLOSED, allowed=True, probe=False, circuit=None)
-        circuit = self.load(config.name, config.model)
+        key = _key(config.name, config.model)
+        circuit = Circuit.from_record(config.name, config.model, (yield ("get", key)))
         phase = circuit.phase(self.clock())
         if phase == CLOSED:
             return Peek(tracked=True, phase=phase, allowed=True, probe=False, circuit=circuit)
         if phase == OPEN:
             return Peek(tracked=True, phase=phase, allowed=False, probe=False, circuit=circuit)
-        free = self._cache_call("get", _key(config.name, config.model) + ":probe") is None
+        free = (yield ("get", key + ":probe")) is None
         return Peek(tracked=True, phase=phase, allowed=free, probe=free, circuit=circuit)
 
     def observe(self, config: ProviderConfig, result: ProviderResult) -> None:
         """Feed one finished call (after retries) into the circuit and its health."""
+        self._ops(self._observe_all(config, result))
+
+    async def aobserve(self, config: ProviderConfig, result: ProviderResult) -> None:
+        """:meth:`observe` through the async cache path."""
+        await self._aops(self._observe_all(config, result))
+
+    def _observe_all(self, config: ProviderConfig, result: ProviderResult) -> CacheOps[None]:
         if not _tracked(config):
             return
         key = _key(config.name, config.model)
@@ -537,30 +624,50 @@ class CircuitStore:
                 return  # the budget ran out before any request: nothing was observed
             if result.error is not None and result.error.category in NOT_OBSERVED:
                 return  # the deadline or the client ended the call, not the provider
-            self._observe(config, result, probe=probe)
+            yield from self._observe(config, result, probe=probe)
         finally:
             # Free the slot, unless it expired and another caller holds a new one.
-            if probe and self._cache_call("get", key + ":probe") == token:
-                self._cache_call("delete", key + ":probe")
+            if probe and (yield ("get", key + ":probe")) == token:
+                yield ("delete", key + ":probe")
 
-    def _observe(self, config: ProviderConfig, result: ProviderResult, *, probe: bool) -> None:
+    def _ops(self, ops: CacheOps[T]) -> T:
+        value: Any = None
+        while True:
+            try:
+                method, *args = ops.send(value)
+            except StopIteration as stop:
+                return stop.value
+            value = self._cache_call(method, *args)
+
+    async def _aops(self, ops: CacheOps[T]) -> T:
+        value: Any = None
+        while True:
+            try:
+                method, *args = ops.send(value)
+            except StopIteration as stop:
+                return stop.value
+            value = await self._acache_call(method, *args)
+
+    def _observe(
+        self, config: ProviderConfig, result: ProviderResult, *, probe: bool
+    ) -> CacheOps[None]:
         policy = Policy.from_settings()
         now = self.clock()
-        before = self.load(config.name, config.model)
+        key = _key(config.name, config.model)
+        seen = _seen.get().get(key)
+        if seen is not None:
+            _remember(key, None)
+            if result.ok and _fresh_success(seen, now):
+                return  # the hot path: one cache read per call (allow's)
+        before = Circuit.from_record(config.name, config.model, (yield ("get", key)))
         if result.ok:
-            if (
-                before.state == CLOSED
-                and before.failures == 0
-                and before.level == 0
-                and before.last_success_at is not None
-                and 0 <= now - before.last_success_at < SUCCESS_WRITE_INTERVAL_S
-            ):
+            if _fresh_success(before, now):
                 return
             after = on_success(before, now, policy)
         else:
             error = result.error or ErrorInfo(category="response", message="")
             after = on_failure(before, now, policy, error, probe=probe)
-        self.save(after)
+        yield ("set", key, after.to_record(), RECORD_TTL_S)
         was, now_phase = before.phase(now), after.phase(now)
         if now_phase == OPEN and (was != OPEN or after.opened_at != before.opened_at):
             logger.warning(
@@ -623,3 +730,48 @@ def is_probe(config: ProviderConfig) -> bool:
 def observe(config: ProviderConfig, result: ProviderResult) -> None:
     """Feed one finished call (after retries) into the breaker."""
     store.observe(config, result)
+
+
+async def aallow(config: ProviderConfig) -> bool:
+    """:func:`allow` on the async cache path (the probe claim is per task)."""
+    return await store.aallow(config)
+
+
+async def apeek(config: ProviderConfig) -> Peek:
+    """:func:`peek` on the async cache path."""
+    return await store.apeek(config)
+
+
+async def aobserve(config: ProviderConfig, result: ProviderResult) -> None:
+    """:func:`observe` on the async cache path."""
+    await store.aobserve(config, result)
+
+
+# --- the routing core's effects (llm_routing.effects) ------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Allow(Effect):
+    """:func:`allow` for this config → bool (may claim the half-open probe slot)."""
+
+    config: ProviderConfig
+
+    def run(self, ctx: Context) -> bool:
+        return allow(self.config)
+
+    async def arun(self, ctx: Context) -> bool:
+        return await aallow(self.config)
+
+
+@dataclass(frozen=True, slots=True)
+class Observe(Effect):
+    """:func:`observe` this finished call → None (frees a probe slot it held)."""
+
+    config: ProviderConfig
+    result: ProviderResult
+
+    def run(self, ctx: Context) -> None:
+        observe(self.config, self.result)
+
+    async def arun(self, ctx: Context) -> None:
+        await aobserve(self.config, self.result)

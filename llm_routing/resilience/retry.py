@@ -20,19 +20,29 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 
+from .. import effects
 from ..conf import routing_settings
+from ..effects import Complete, Sleep, Steps
 from ..errors import BudgetExhaustedError, ProviderError, ProviderTimeoutError, ResponseError
 from ..logging import known_key_values
 from ..providers.base import BaseProvider, read_api_key
 from ..types import AuditRequest, ProviderResult
 from .budget import MIN_ATTEMPT_S, Budget
 
-__all__ = ["backoff_delay", "call_with_retries", "deadline_caused", "error_result"]
+__all__ = [
+    "backoff_delay",
+    "call_with_retries",
+    "deadline_caused",
+    "error_result",
+    "retry_steps",
+]
 
 logger = logging.getLogger("llm_routing.retry")
 
 Sleeper = Callable[[float], None]
 Invoke = Callable[[str | None, float], ProviderResult]
+#: ``invoke`` for :func:`retry_steps`: a generator function yielding effects.
+InvokeSteps = Callable[[str | None, float], Steps[ProviderResult]]
 
 
 def backoff_delay(retry_number: int, *, rng: Callable[[], float] = random.random) -> float:
@@ -75,13 +85,44 @@ def call_with_retries(
 ) -> ProviderResult:
     """Call ``adapter.complete`` (or ``invoke(api_key, timeout)``, e.g. opening a stream
     and reading its first chunk) with same-provider retries. ``max_retries`` overrides
-    the provider's own (the breaker's half-open probe passes 0)."""
+    the provider's own (the breaker's half-open probe passes 0). The sync driver over
+    :func:`retry_steps`."""
+    steps = None if invoke is None else _plain(invoke)
+    core = retry_steps(
+        adapter, request, budget=budget, rng=rng, invoke=steps, max_retries=max_retries
+    )
+    return effects.run(core, sleeper=sleeper)
+
+
+def _plain(invoke: Invoke) -> InvokeSteps:
+    """A plain callable as an effect-free step function."""
+
+    def steps(api_key: str | None, timeout: float) -> Steps[ProviderResult]:
+        return invoke(api_key, timeout)
+        yield  # pragma: no cover - makes this a generator
+
+    return steps
+
+
+def retry_steps(
+    adapter: BaseProvider,
+    request: AuditRequest,
+    *,
+    budget: Budget,
+    rng: Callable[[], float] = random.random,
+    invoke: InvokeSteps | None = None,
+    max_retries: int | None = None,
+) -> Steps[ProviderResult]:
+    """The retry loop, once for both drivers: yields :class:`~llm_routing.effects.Complete`
+    (or whatever ``invoke``'s steps yield) and :class:`~llm_routing.effects.Sleep`;
+    returns the ProviderResult, never raises (but lets ClientGone through)."""
     config = adapter.config
     retry_limit = config.max_retries if max_retries is None else max_retries
     if invoke is None:
 
-        def invoke(api_key: str | None, timeout: float) -> ProviderResult:
-            return adapter.complete(request, api_key=api_key, timeout=timeout)
+        def invoke(api_key: str | None, timeout: float) -> Steps[ProviderResult]:
+            result: ProviderResult = yield Complete(adapter, request, api_key, timeout)
+            return result
 
     started = time.perf_counter()
     retries = 0
@@ -107,7 +148,7 @@ def call_with_retries(
         api_key = read_api_key(config.api_key_env) if adapter.requires_key else None
         timeout = budget.timeout_for(config.timeout_s)
         try:
-            result = invoke(api_key, timeout)
+            result = yield from invoke(api_key, timeout)
         except ProviderError as err:
             exc = deadline_caused(err, timeout=timeout, own_timeout=config.timeout_s, budget=budget)
         except Exception as err:  # an adapter bug must not escape the router
@@ -129,7 +170,7 @@ def call_with_retries(
                 retries + 1,
                 delay,
             )
-            sleeper(delay)
+            yield Sleep(delay)
             # The wait itself may have used up what was left: then the last error
             # stands and no request is counted that was never sent.
             if offline or budget.can_start():

@@ -63,4 +63,5 @@ def llmr_dashboard(context: template.Context) -> dict[str, Any]:
         "charts": [outcomes, latency, skips],
         "sampled_decisions": board.sampled_decisions,
         "latency": [(p, round(p50), round(p95)) for p, (p50, p95) in sorted(board.latency.items())],
+        "spend": board.spend,
     }

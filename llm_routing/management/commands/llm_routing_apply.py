@@ -15,7 +15,7 @@ __all__ = ["Command"]
 
 class Command(BaseCommand):
     help = (
-        "Make the providers, chains and rules in the database match a TOML file. "
+        "Make the providers, chains, rules and budgets in the database match a TOML file. "
         "Validates the whole file first, then writes in one transaction; prints the changes."
     )
 
@@ -27,7 +27,7 @@ class Command(BaseCommand):
         parser.add_argument(
             "--prune",
             action="store_true",
-            help="Also delete providers, chains and rules that the file does not declare.",
+            help="Also delete providers, chains, rules and budgets that the file does not declare.",
         )
 
     def handle(self, *args: Any, **options: Any) -> None:

@@ -1,0 +1,607 @@
+"""Budgets: hard caps on requests, tokens and cost per user, group, API token or
+everyone, per window (docs/budgets.md).
+
+* **Before the walk** :func:`check` finds the enabled :class:`~llm_routing.models.Budget`
+  rows that apply to the caller (their user, each of their groups, their API token, the
+  global ones) and, in ONE atomic step, checks every one against its caps and counts
+  the request in all of them — or in none, when any is exhausted (the first exhausted
+  one is the :class:`Refusal`). On Redis (Django's ``RedisCache``) the step is one Lua
+  script, so it holds across workers and hosts; on any other cache (LocMem in the
+  embedded setup) it is the cache's own operations under a process lock — the same
+  semantics within one process, per process across several.
+* **After the answer** the tokens (and the cost, when the result carries one) are
+  added to the same window counters (:func:`settle`). Nothing is reserved up front, so a
+  tokens or cost cap can be overshot by at most the usage of the requests in flight
+  when it was reached; a request cap never is.
+* **Windows** are UTC calendar windows (minute, hour, day, month) keyed by their start;
+  the keys expire shortly after the window ends.
+* **Soft threshold**: :data:`budget_threshold_reached` fires once per budget and window,
+  from the request whose counting crosses ``soft_threshold * cap`` (any of the caps).
+* **Cache down** (the policy of docs/operations.md, per budget): ``on_cache_down =
+  "open"`` lets the request through and logs a warning (at most one per minute per
+  process); ``"closed"`` refuses it with **503** (the budget is not exceeded, it cannot
+  be checked). After a failure the cache is left alone for :data:`CACHE_RETRY_S`.
+
+Counter keys carry the budget's name, never its subject (a token key is a secret).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any
+
+from django.core.cache import caches
+from django.core.cache.backends.base import BaseCache
+from django.db.models.signals import post_delete, post_save
+from django.dispatch import Signal
+
+from .conf import routing_settings
+from .models import Budget
+from .signals import send
+from .types import Principal
+
+__all__ = [
+    "CACHE_RETRY_S",
+    "ROWS_TTL_S",
+    "Grant",
+    "Refusal",
+    "Usage",
+    "applicable",
+    "budget_threshold_reached",
+    "check",
+    "clock",
+    "forget",
+    "reset_cache_state",
+    "settle",
+    "usage",
+    "window_bounds",
+]
+
+logger = logging.getLogger("llm_routing.budgets")
+
+#: ``budget_threshold_reached(sender, name, scope, subject, window, used, cap, metric)``:
+#: a budget's use crossed its soft threshold (once per budget and window).
+budget_threshold_reached = Signal()
+
+#: After a cache failure, budgets leave the cache alone for this long (their policy).
+CACHE_RETRY_S = 5.0
+#: While the cache keeps failing, at most one warning per this many seconds.
+FAIL_OPEN_LOG_INTERVAL_S = 60.0
+#: Counter keys outlive their window by this much (late settlements still land).
+KEY_GRACE_S = 120
+#: Cost is counted in nano-dollars (integers: atomic INCRBY, exact sums); a request's
+#: cost is rounded up to the next nano-dollar, so sums never undercount.
+NANO = 1_000_000_000
+
+#: Seconds since the epoch; tests replace it to roll windows over.
+clock: Callable[[], float] = time.time
+
+METRICS = ("requests", "tokens", "cost")
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Why a request is refused: the budget, its window and when it resets."""
+
+    budget: str
+    window: str
+    reset_at: datetime | None
+    detail: str
+    status: int = 429
+    code: str = "budget_exceeded"
+
+    @property
+    def retry_after(self) -> int:
+        """Seconds until the window resets (at least 1)."""
+        if self.reset_at is None:
+            return int(CACHE_RETRY_S)
+        return max(1, math.ceil(self.reset_at.timestamp() - clock()))
+
+    def body(self) -> dict[str, Any]:
+        """The 429 (or 503) body of ``/audit/``."""
+        return {
+            "budget": self.budget,
+            "window": self.window,
+            "reset_at": self.reset_at.isoformat().replace("+00:00", "Z") if self.reset_at else None,
+            "detail": self.detail,
+        }
+
+
+@dataclass(frozen=True)
+class Usage:
+    """One budget's counters in its current window."""
+
+    requests: int = 0
+    tokens: int = 0
+    cost_usd: Decimal = Decimal(0)
+
+
+@dataclass
+class Grant:
+    """The budgets a request was counted in (their window keys), settled after the answer."""
+
+    budgets: list[Budget] = field(default_factory=list)
+    starts: list[int] = field(default_factory=list)
+
+
+# --- windows and keys -------------------------------------------------------------------
+
+
+def window_bounds(window: str, now: float) -> tuple[datetime, datetime]:
+    """The UTC start and end of the window containing ``now``."""
+    t = datetime.fromtimestamp(now, UTC)
+    if window == "minute":
+        start = t.replace(second=0, microsecond=0)
+        return start, datetime.fromtimestamp(start.timestamp() + 60, UTC)
+    if window == "hour":
+        start = t.replace(minute=0, second=0, microsecond=0)
+        return start, datetime.fromtimestamp(start.timestamp() + 3600, UTC)
+    if window == "day":
+        start = t.replace(hour=0, minute=0, second=0, microsecond=0)
+        return start, datetime.fromtimestamp(start.timestamp() + 86400, UTC)
+    start = t.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+    end = (
+        start.replace(year=start.year + 1, month=1)
+        if start.month == 12
+        else start.replace(month=start.month + 1)
+    )
+    return start, end
+
+
+def _key(budget: Budget, start: int, metric: str) -> str:
+    return f"llmr:budget:{budget.name}:{budget.window}:{start}:{metric}"
+
+
+def _ttl(budget: Budget, now: float) -> int:
+    _, end = window_bounds(budget.window, now)
+    return max(1, math.ceil(end.timestamp() - now)) + KEY_GRACE_S
+
+
+def _caps(budget: Budget) -> tuple[int, int, int]:
+    """(requests, tokens, nano-USD) caps; -1 for none."""
+    cost = -1 if budget.max_cost_usd is None else int(Decimal(budget.max_cost_usd) * NANO)
+    return (
+        -1 if budget.max_requests is None else int(budget.max_requests),
+        -1 if budget.max_tokens is None else int(budget.max_tokens),
+        cost,
+    )
+
+
+# --- which budgets apply ----------------------------------------------------------------
+
+
+#: Each process keeps the enabled budget rows this long (a change made in another
+#: process, or a renamed user or group, applies within it; a Budget saved in this
+#: process applies at once, through the model's signals).
+ROWS_TTL_S = 1.0
+
+
+@dataclass(frozen=True)
+class _Index:
+    """The enabled budgets, indexed by what a request carries (user and group pks, the
+    token key): names are resolved to pks once per load, not per request."""
+
+    any: bool = False
+    everyone: tuple[Budget, ...] = ()
+    by_user: dict[str, tuple[Budget, ...]] = field(default_factory=dict)
+    by_group: dict[str, tuple[Budget, ...]] = field(default_factory=dict)
+    by_token: dict[str, tuple[Budget, ...]] = field(default_factory=dict)
+
+
+_rows_lock = threading.Lock()
+_rows: tuple[float, _Index] | None = None
+
+
+def _load() -> _Index:
+    rows = list(Budget.objects.filter(enabled=True).order_by("name"))
+    if not rows:
+        return _Index()
+    by: dict[str, dict[str, list[Budget]]] = {"user": {}, "group": {}, "token": {}}
+    users = {b.subject for b in rows if b.scope == Budget.Scope.USER}
+    groups = {b.subject for b in rows if b.scope == Budget.Scope.GROUP}
+    user_pks: dict[str, list[str]] = {}
+    group_pks: dict[str, list[str]] = {}
+    if users:
+        from django.contrib.auth import get_user_model
+
+        model = get_user_model()
+        field_name = model.USERNAME_FIELD
+        for pk, name in model._default_manager.filter(**{f"{field_name}__in": users}).values_list(
+            "pk", field_name
+        ):
+            user_pks.setdefault(str(name), []).append(str(pk))
+    if groups:
+        from django.contrib.auth.models import Group
+
+        for pk, name in Group.objects.filter(name__in=groups).values_list("pk", "name"):
+            group_pks.setdefault(name, []).append(str(pk))
+    everyone: list[Budget] = []
+    for b in rows:
+        if b.scope == Budget.Scope.GLOBAL:
+            everyone.append(b)
+        elif b.scope == Budget.Scope.TOKEN:
+            by["token"].setdefault(b.subject, []).append(b)
+        else:
+            pks = (user_pks if b.scope == Budget.Scope.USER else group_pks).get(b.subject, [])
+            for pk in pks:
+                by[b.scope].setdefault(pk, []).append(b)
+    return _Index(
+        any=True,
+        everyone=tuple(everyone),
+        by_user={k: tuple(v) for k, v in by["user"].items()},
+        by_group={k: tuple(v) for k, v in by["group"].items()},
+        by_token={k: tuple(v) for k, v in by["token"].items()},
+    )
+
+
+def _index() -> _Index:
+    """The enabled budgets (two or three queries per :data:`ROWS_TTL_S` per process;
+    none in between)."""
+    global _rows
+    now = time.monotonic()
+    cached = _rows
+    if cached is not None and now - cached[0] < ROWS_TTL_S:
+        return cached[1]
+    index = _load()
+    with _rows_lock:
+        _rows = (now, index)
+    return index
+
+
+def _rows_changed(**kwargs: Any) -> None:
+    global _rows
+    with _rows_lock:
+        _rows = None
+
+
+def applicable(principal: Principal | None, token_key: str | None = None) -> list[Budget]:
+    """The enabled budgets of this caller, global ones included, by name (no query
+    while the process's copy of the rows is fresh)."""
+    index = _index()
+    if not index.any:
+        return []
+    found: dict[str, Budget] = {b.name: b for b in index.everyone}
+    if token_key:
+        found.update((b.name, b) for b in index.by_token.get(token_key, ()))
+    if principal is not None and principal.user_id is not None:
+        found.update((b.name, b) for b in index.by_user.get(str(principal.user_id), ()))
+        for gid in principal.group_ids:
+            found.update((b.name, b) for b in index.by_group.get(str(gid), ()))
+    return [found[name] for name in sorted(found)]
+
+
+# --- the counters -----------------------------------------------------------------------
+
+# KEYS: per budget i (0-based) requests, tokens, cost keys at 3i+1 … 3i+3.
+# ARGV: n, then per budget ttl, max_requests, max_tokens, max_nano_usd (-1: none).
+# Returns {0, requests_1 … requests_n} when counted, or {i} for the first exhausted
+# budget (1-based) — nothing is counted then.
+_CHECK_LUA = """
+local n = tonumber(ARGV[1])
+for i = 0, n - 1 do
+  local a = 2 + i * 4
+  local mr, mt, mc = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
+  local r = tonumber(redis.call('GET', KEYS[i * 3 + 1]) or '0')
+  local t = tonumber(redis.call('GET', KEYS[i * 3 + 2]) or '0')
+  local c = tonumber(redis.call('GET', KEYS[i * 3 + 3]) or '0')
+  if (mr >= 0 and r + 1 > mr) or (mt >= 0 and t >= mt) or (mc >= 0 and c >= mc) then
+    return {i + 1}
+  end
+end
+local out = {0}
+for i = 0, n - 1 do
+  local r = redis.call('INCR', KEYS[i * 3 + 1])
+  if r == 1 then redis.call('EXPIRE', KEYS[i * 3 + 1], tonumber(ARGV[2 + i * 4])) end
+  out[#out + 1] = r
+end
+return out
+"""
+
+_lock = threading.Lock()
+
+
+def _cache() -> BaseCache:
+    return caches[routing_settings.CACHE_ALIAS]
+
+
+def _redis(cache: BaseCache) -> Any | None:
+    """The redis-py client behind Django's RedisCache, or None for other caches."""
+    from django.core.cache.backends.redis import RedisCache
+
+    if isinstance(cache, RedisCache):
+        return cache._cache.get_client(write=True)
+    return None
+
+
+_scripts: dict[str, Any] = {}
+
+# KEYS: counters; ARGV: (delta, ttl) per key. Returns the new values.
+_ADD_LUA = """
+local out = {}
+for i = 1, #KEYS do
+  local v = redis.call('INCRBY', KEYS[i], tonumber(ARGV[2 * i - 1]))
+  if redis.call('TTL', KEYS[i]) < 0 then redis.call('EXPIRE', KEYS[i], tonumber(ARGV[2 * i])) end
+  out[i] = v
+end
+return out
+"""
+
+
+def _run(client: Any, source: str, keys: list[str], args: list[int]) -> Any:
+    """EVALSHA the script (loaded on first use, reloaded after a Redis restart). Django
+    hands out a new client per call: the Script object is kept, the client is passed."""
+    script = _scripts.get(source)
+    if script is None:
+        script = _scripts[source] = client.register_script(source)
+    return script(keys=keys, args=args, client=client)
+
+
+def _start(budget: Budget, now: float) -> int:
+    return int(window_bounds(budget.window, now)[0].timestamp())
+
+
+def _keys(budgets: Sequence[Budget], starts: Sequence[int]) -> list[str]:
+    return [_key(b, s, m) for b, s in zip(budgets, starts, strict=True) for m in METRICS]
+
+
+def _exhausted(budget: Budget, r: int, t: int, c: int) -> bool:
+    mr, mt, mc = _caps(budget)
+    return (mr >= 0 and r + 1 > mr) or (mt >= 0 and t >= mt) or (mc >= 0 and c >= mc)
+
+
+def _count(
+    cache: BaseCache, budgets: Sequence[Budget], starts: Sequence[int], now: float
+) -> tuple[int, list[int]]:
+    """Check and count one request in every budget: (0, new request counts) or
+    (1-based index of the first exhausted budget, [])."""
+    keys = _keys(budgets, starts)
+    client = _redis(cache)
+    if client is not None:
+        args: list[int] = [len(budgets)]
+        for b in budgets:
+            args += [_ttl(b, now), *_caps(b)]
+        made = [cache.make_key(k) for k in keys]
+        reply = [int(v) for v in _run(client, _CHECK_LUA, made, args)]
+        return reply[0], reply[1:]
+    with _lock:  # LocMem & co: atomic within this process only
+        values = cache.get_many(keys)
+        for i, b in enumerate(budgets):
+            r, t, c = (int(values.get(keys[3 * i + j]) or 0) for j in range(3))
+            if _exhausted(b, r, t, c):
+                return i + 1, []
+        counts: list[int] = []
+        for i, b in enumerate(budgets):
+            counts.append(int(values.get(keys[3 * i]) or 0) + 1)
+            cache.set(keys[3 * i], counts[-1], _ttl(b, now))
+    return 0, counts
+
+
+def _add(cache: BaseCache, items: Sequence[tuple[str, int, int]]) -> list[int]:
+    """Add (key, delta, ttl) to counters, one round trip on Redis; the new values."""
+    client = _redis(cache)
+    if client is not None:
+        made = [cache.make_key(k) for k, _, _ in items]
+        args = [v for _, delta, ttl in items for v in (delta, ttl)]
+        return [int(v) for v in _run(client, _ADD_LUA, made, args)]
+    out: list[int] = []
+    with _lock:
+        for key, delta, ttl in items:
+            out.append(int(cache.get(key) or 0) + delta)
+            cache.set(key, out[-1], ttl)
+    return out
+
+
+# --- cache failures -----------------------------------------------------------------------
+
+_fail_lock = threading.Lock()
+_retry_at = 0.0
+_next_log_at = 0.0
+
+
+def _cache_failed(exc: Exception | None) -> None:
+    global _retry_at, _next_log_at
+    now = time.monotonic()
+    with _fail_lock:
+        if exc is not None:
+            _retry_at = now + CACHE_RETRY_S
+        if now < _next_log_at:
+            return
+        _next_log_at = now + FAIL_OPEN_LOG_INTERVAL_S
+    logger.warning(
+        "Budget cache unavailable (%s); budgets with on_cache_down=open let requests "
+        "through, closed ones refuse them (503) until it answers again.",
+        type(exc).__name__ if exc is not None else "retrying later",
+    )
+
+
+def reset_cache_state() -> None:
+    """Forget a past cache failure and the cached budget rows (tests: the next call
+    tries the cache again and reads the rows)."""
+    global _retry_at, _next_log_at
+    with _fail_lock:
+        _retry_at = _next_log_at = 0.0
+    _rows_changed()
+
+
+def _cache_down_refusal(budgets: Sequence[Budget]) -> Refusal | None:
+    closed = [b for b in budgets if b.on_cache_down == Budget.OnCacheDown.CLOSED]
+    if not closed:
+        return None
+    return Refusal(
+        budget=closed[0].name,
+        window=closed[0].window,
+        reset_at=None,
+        detail="The budget counters are unavailable and this budget fails closed; "
+        "try again shortly.",
+        status=503,
+        code="budget_unavailable",
+    )
+
+
+# --- the entry points ---------------------------------------------------------------------
+
+#: The budgets the current request was counted in, settled after the answer.
+_current: contextvars.ContextVar[Grant | None] = contextvars.ContextVar(
+    "llm_routing_budget_grant", default=None
+)
+
+
+def check(principal: Principal | None, token_key: str | None = None) -> Refusal | None:
+    """Count one request in every budget of this caller, or refuse it (nothing counted).
+
+    Remembers the budgets counted in for :func:`settle` (a context variable: the
+    router's answer in the same request settles them)."""
+    _current.set(None)
+    budgets = applicable(principal, token_key)
+    if not budgets:
+        return None
+    now = clock()
+    if time.monotonic() < _retry_at:
+        _cache_failed(None)
+        return _cache_down_refusal(budgets)
+    starts = [_start(b, now) for b in budgets]
+    try:
+        refused, counts = _count(_cache(), budgets, starts, now)
+    except Exception as exc:  # the cache, whatever its backend raises
+        _cache_failed(exc)
+        return _cache_down_refusal(budgets)
+    if refused:
+        b = budgets[refused - 1]
+        _, end = window_bounds(b.window, now)
+        return Refusal(
+            budget=b.name,
+            window=b.window,
+            reset_at=end,
+            detail=f"Budget {b.name!r} is exhausted for this {b.window}; it resets at "
+            f"{end.isoformat().replace('+00:00', 'Z')}.",
+        )
+    for b, start, count in zip(budgets, starts, counts, strict=True):
+        if b.max_requests is not None:
+            _crossed(b, start, "requests", count - 1, count, b.max_requests)
+    _current.set(Grant(budgets=budgets, starts=starts))
+    return None
+
+
+def settle(tokens: int, cost_usd: Decimal | float | None = None) -> None:
+    """Add usage (tokens, and the cost when known) to the budgets :func:`check` counted
+    the current request in. A no-op outside such a request."""
+    grant = _current.get()
+    if grant is None:
+        return
+    nano = 0 if cost_usd is None else math.ceil(Decimal(str(cost_usd)) * NANO)
+    if tokens <= 0 and nano <= 0:
+        return
+    now = clock()
+    items: list[tuple[str, int, int]] = []
+    for b, start in zip(grant.budgets, grant.starts, strict=True):
+        ttl = _ttl(b, now)
+        items += [(_key(b, start, "tokens"), tokens, ttl), (_key(b, start, "cost"), nano, ttl)]
+    try:
+        values = _add(_cache(), items)
+    except Exception as exc:
+        _cache_failed(exc)
+        return
+    for i, (b, start) in enumerate(zip(grant.budgets, grant.starts, strict=True)):
+        if b.max_tokens is not None:
+            _crossed(b, start, "tokens", values[2 * i] - tokens, values[2 * i], b.max_tokens)
+        if b.max_cost_usd is not None:
+            cap = int(Decimal(b.max_cost_usd) * NANO)
+            _crossed(b, start, "cost", values[2 * i + 1] - nano, values[2 * i + 1], cap)
+
+
+def _crossed(budget: Budget, start: int, metric: str, before: int, after: int, cap: int) -> None:
+    threshold = budget.soft_threshold * cap
+    if not before < threshold <= after:
+        return
+    flag = _key(budget, start, "soft")
+    try:
+        first = _cache().add(flag, 1, _ttl(budget, clock()))
+    except Exception as exc:
+        _cache_failed(exc)
+        return
+    if not first:
+        return  # another metric (or process) crossed first in this window
+    used: int | Decimal = after
+    capped: int | Decimal = cap
+    if metric == "cost":
+        used, capped = Decimal(after) / NANO, Decimal(cap) / NANO
+    send(
+        budget_threshold_reached,
+        name=budget.name,
+        scope=budget.scope,
+        subject=budget.subject,
+        window=budget.window,
+        used=used,
+        cap=capped,
+        metric=metric,
+    )
+
+
+def forget() -> None:
+    """End the current request's grant (its answer was settled or never came)."""
+    _current.set(None)
+
+
+def _tokens_and_cost(result: Any) -> tuple[int, Any]:
+    used = getattr(result, "usage", None)
+    tokens = int(getattr(used, "input_tokens", 0) or 0)
+    tokens += int(getattr(used, "output_tokens", 0) or 0)
+    return tokens, getattr(result, "cost_usd", None)
+
+
+def _on_provider_result(sender: Any, result: Any = None, **kwargs: Any) -> None:
+    """Every attempt's usage (a failed attempt that consumed tokens counts too)."""
+    settle(*_tokens_and_cost(result))
+
+
+def _on_request_routed(sender: Any, routed: Any = None, **kwargs: Any) -> None:
+    """The routed request's usage (streams included), once, at the router's finish."""
+    settle(*_tokens_and_cost(getattr(routed, "result", None)))
+    forget()
+
+
+def _on_request_finished(sender: Any, **kwargs: Any) -> None:
+    forget()
+
+
+def _connect() -> None:
+    """Settle from ``request_routed`` when the router sends it (it covers streams),
+    else from every ``after_provider_result``; forget at the end of each HTTP request."""
+    from django.core.signals import request_finished
+
+    from . import signals
+
+    routed: Signal | None = getattr(signals, "request_routed", None)
+    if routed is not None:
+        routed.connect(_on_request_routed, dispatch_uid="llm_routing.budgets.settle")
+    else:
+        signals.after_provider_result.connect(
+            _on_provider_result, dispatch_uid="llm_routing.budgets.settle"
+        )
+    request_finished.connect(_on_request_finished, dispatch_uid="llm_routing.budgets.forget")
+    post_save.connect(_rows_changed, sender=Budget, dispatch_uid="llm_routing.budgets.rows")
+    post_delete.connect(_rows_changed, sender=Budget, dispatch_uid="llm_routing.budgets.rows")
+
+
+_connect()
+
+
+def usage(budgets: Iterable[Budget]) -> dict[str, Usage]:
+    """Each budget's counters in its current window, by name (one cache read)."""
+    budgets = list(budgets)
+    now = clock()
+    keys = _keys(budgets, [_start(b, now) for b in budgets])
+    values = _cache().get_many(keys)
+    out: dict[str, Usage] = {}
+    for i, b in enumerate(budgets):
+        r, t, c = (int(values.get(keys[3 * i + j]) or 0) for j in range(3))
+        out[b.name] = Usage(requests=r, tokens=t, cost_usd=Decimal(c) / NANO)
+    return out

@@ -1,0 +1,355 @@
+"""The effect protocol of the routing core, and its two drivers (sync and async).
+
+The routing algorithm (the walk in :mod:`llm_routing.router`, the retry loop in
+:mod:`llm_routing.resilience.retry`) is written once, as generators that never do I/O:
+they ``yield`` an :class:`Effect` describing what they need done and receive its result
+through ``send()`` (or its exception through ``throw()``). Composition is ``yield from``.
+
+A driver does nothing but execute effects: :func:`run` / :func:`stream` call
+:meth:`Effect.run` (blocking calls: ``adapter.complete``, ``time.sleep``, ``next(it)``);
+:func:`arun` / :func:`astream` await :meth:`Effect.arun` (``await adapter.acomplete``,
+``asyncio.sleep``, ``await it.__anext__()``). Each effect knows its own sync and async
+execution, so effects of other layers (the breaker's ``Allow`` / ``Observe``, the
+router's ``Record``) live beside the code they call and the drivers stay generic.
+
+Client disconnect: a stream driver that sees its caller go away (``GeneratorExit`` on
+the sync generator; ``aclose()`` or ``CancelledError`` on the async one) throws
+:class:`ClientGone` into the core, executes the effects of the core's cleanup (close
+the upstream, free a probe slot, record the decision), then re-raises the original
+exception. ``ClientGone`` derives from BaseException so no ``except Exception`` in the
+core (an adapter-bug guard) can swallow it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Generator, Iterator
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from .providers.base import BaseProvider
+from .types import AuditRequest, ProviderResult, StreamEvent
+
+__all__ = [
+    "AsyncSleeper",
+    "ClientGone",
+    "CloseStream",
+    "Complete",
+    "Effect",
+    "Emit",
+    "NextEvent",
+    "OpenStream",
+    "Sleep",
+    "Sleeper",
+    "Steps",
+    "arun",
+    "astream",
+    "run",
+    "stream",
+]
+
+logger = logging.getLogger("llm_routing.effects")
+
+T = TypeVar("T")
+Sleeper = Callable[[float], None]
+AsyncSleeper = Callable[[float], Awaitable[None]]
+
+
+class ClientGone(BaseException):
+    """Thrown into the core by a driver whose caller went away; the core runs its
+    cleanup (by yielding effects) and lets it propagate."""
+
+
+@dataclass(frozen=True, slots=True)
+class Context:
+    """What a driver lends to the effects it executes (the injected sleeper)."""
+
+    sleeper: Sleeper | None = None
+    asleeper: AsyncSleeper | None = None
+
+
+class Effect:
+    """One piece of I/O the core asks for. ``run`` executes it blocking, ``arun``
+    awaiting; both return the value the core receives (or raise into the core)."""
+
+    __slots__ = ()
+
+    def run(self, ctx: Context) -> Any:
+        raise NotImplementedError
+
+    async def arun(self, ctx: Context) -> Any:
+        raise NotImplementedError
+
+
+#: A core generator: yields effects, receives their results, returns a T.
+Steps = Generator[Effect, Any, T]
+
+
+@dataclass(frozen=True, slots=True)
+class Sleep(Effect):
+    """Wait ``seconds`` (a retry's backoff) → None."""
+
+    seconds: float
+
+    def run(self, ctx: Context) -> None:
+        (time.sleep if ctx.sleeper is None else ctx.sleeper)(self.seconds)
+
+    async def arun(self, ctx: Context) -> None:
+        await (asyncio.sleep if ctx.asleeper is None else ctx.asleeper)(self.seconds)
+
+
+@dataclass(frozen=True, slots=True)
+class Complete(Effect):
+    """One upstream call → ProviderResult (or the adapter's ProviderError)."""
+
+    adapter: BaseProvider
+    request: AuditRequest
+    api_key: str | None
+    timeout: float
+
+    def run(self, ctx: Context) -> ProviderResult:
+        return self.adapter.complete(self.request, api_key=self.api_key, timeout=self.timeout)
+
+    async def arun(self, ctx: Context) -> ProviderResult:
+        return await self.adapter.acomplete(
+            self.request, api_key=self.api_key, timeout=self.timeout
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class OpenStream(Effect):
+    """Open a stream → an opaque handle (a sync iterator for the sync driver, an
+    async iterator for the async one) that only :class:`NextEvent` and
+    :class:`CloseStream` look into."""
+
+    adapter: BaseProvider
+    request: AuditRequest
+    api_key: str | None
+    timeout: float
+
+    def run(self, ctx: Context) -> Iterator[StreamEvent]:
+        return iter(self.adapter.stream(self.request, api_key=self.api_key, timeout=self.timeout))
+
+    async def arun(self, ctx: Context) -> AsyncIterator[StreamEvent]:
+        return aiter(self.adapter.astream(self.request, api_key=self.api_key, timeout=self.timeout))
+
+
+@dataclass(frozen=True, slots=True)
+class NextEvent(Effect):
+    """The stream's next event → StreamEvent, or None once it is exhausted."""
+
+    handle: Any
+
+    def run(self, ctx: Context) -> StreamEvent | None:
+        return next(self.handle, None)
+
+    async def arun(self, ctx: Context) -> StreamEvent | None:
+        try:
+            return await anext(self.handle)
+        except StopAsyncIteration:
+            return None
+
+
+@dataclass(frozen=True, slots=True)
+class CloseStream(Effect):
+    """Close a stream (stops the upstream request) → None; never raises."""
+
+    handle: Any
+
+    def run(self, ctx: Context) -> None:
+        close = getattr(self.handle, "close", None)
+        try:
+            if close is not None:
+                close()
+        except Exception as exc:  # a closing error must not mask the outcome
+            logger.warning("Closing an upstream stream failed (%s).", type(exc).__name__)
+
+    async def arun(self, ctx: Context) -> None:
+        aclose = getattr(self.handle, "aclose", None)
+        try:
+            if aclose is not None:
+                await aclose()
+        except Exception as exc:
+            logger.warning("Closing an upstream stream failed (%s).", type(exc).__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Emit(Effect):
+    """Hand one event to the stream's caller → None. Only stream drivers execute it
+    (it is their ``yield``); after :class:`ClientGone` it is ignored."""
+
+    event: Any
+
+    def run(self, ctx: Context) -> None:
+        raise TypeError("Emit is a stream driver's yield, not an executable effect.")
+
+    async def arun(self, ctx: Context) -> None:
+        raise TypeError("Emit is a stream driver's yield, not an executable effect.")
+
+
+# --- drivers ------------------------------------------------------------------------------
+
+
+def _step(core: Steps[T], value: Any, exc: BaseException | None) -> Effect:
+    return core.throw(exc) if exc is not None else core.send(value)
+
+
+def run(core: Steps[T], *, sleeper: Sleeper | None = None) -> T:
+    """Drive ``core`` with blocking calls; its return value."""
+    ctx = Context(sleeper=sleeper)
+    value: Any = None
+    exc: BaseException | None = None
+    while True:
+        try:
+            effect = _step(core, value, exc)
+        except StopIteration as stop:
+            return stop.value
+        value, exc = None, None
+        try:
+            value = effect.run(ctx)
+        except Exception as err:  # raised into the core at its yield
+            exc = err
+        except BaseException:
+            _abandon(core)
+            raise
+
+
+async def arun(core: Steps[T], *, sleeper: AsyncSleeper | None = None) -> T:
+    """Drive ``core`` with awaits; its return value. Cancelled, it lets the core clean
+    up (see :class:`ClientGone`) and re-raises the CancelledError."""
+    ctx = Context(asleeper=sleeper)
+    value: Any = None
+    exc: BaseException | None = None
+    while True:
+        try:
+            effect = _step(core, value, exc)
+        except StopIteration as stop:
+            return stop.value
+        value, exc = None, None
+        try:
+            value = await effect.arun(ctx)
+        except asyncio.CancelledError:
+            await _aunwind(core, ctx)
+            raise
+        except Exception as err:
+            exc = err
+        except BaseException:
+            _abandon(core)
+            raise
+
+
+def stream(core: Steps[None], *, sleeper: Sleeper | None = None) -> Iterator[Any]:
+    """Drive a streaming ``core``: its :class:`Emit` events are this generator's
+    items. Closed early, the core gets :class:`ClientGone` and cleans up."""
+    ctx = Context(sleeper=sleeper)
+    value: Any = None
+    exc: BaseException | None = None
+    while True:
+        try:
+            effect = _step(core, value, exc)
+        except StopIteration:
+            return
+        value, exc = None, None
+        if isinstance(effect, Emit):
+            try:
+                yield effect.event
+            except GeneratorExit:
+                _unwind(core, ctx)
+                raise
+            continue
+        try:
+            value = effect.run(ctx)
+        except Exception as err:
+            exc = err
+        except BaseException:
+            _abandon(core)
+            raise
+
+
+async def astream(
+    core: Steps[None], *, sleeper: AsyncSleeper | None = None
+) -> AsyncGenerator[Any, None]:
+    """The async :func:`stream`: ``aclose()`` or a cancellation lets the core clean up."""
+    ctx = Context(asleeper=sleeper)
+    value: Any = None
+    exc: BaseException | None = None
+    while True:
+        try:
+            effect = _step(core, value, exc)
+        except StopIteration:
+            return
+        value, exc = None, None
+        if isinstance(effect, Emit):
+            try:
+                yield effect.event
+            except (GeneratorExit, asyncio.CancelledError):
+                await _aunwind(core, ctx)
+                raise
+            continue
+        try:
+            value = await effect.arun(ctx)
+        except asyncio.CancelledError:
+            await _aunwind(core, ctx)
+            raise
+        except Exception as err:
+            exc = err
+        except BaseException:
+            _abandon(core)
+            raise
+
+
+def _unwind(core: Steps[Any], ctx: Context) -> None:
+    """Throw ClientGone into the core and execute its cleanup effects."""
+    value: Any = None
+    exc: BaseException | None = ClientGone()
+    while True:
+        try:
+            effect = _step(core, value, exc)
+        except (StopIteration, ClientGone):
+            return
+        value, exc = None, None
+        if isinstance(effect, Emit):
+            continue
+        try:
+            value = effect.run(ctx)
+        except Exception as err:
+            exc = err
+        except BaseException:
+            _abandon(core)
+            raise
+
+
+def _abandon(core: Steps[Any]) -> None:
+    """End a core without running its remaining effects (the driver itself is being
+    torn down): ClientGone at each cleanup yield until the core has stopped, so it is
+    never garbage-collected mid-cleanup."""
+    for _ in range(64):
+        try:
+            core.throw(ClientGone())
+        except (StopIteration, ClientGone):
+            return
+        except Exception:
+            logger.exception("The routing core failed while being abandoned.")
+            return
+
+
+async def _aunwind(core: Steps[Any], ctx: Context) -> None:
+    value: Any = None
+    exc: BaseException | None = ClientGone()
+    while True:
+        try:
+            effect = _step(core, value, exc)
+        except (StopIteration, ClientGone):
+            return
+        value, exc = None, None
+        if isinstance(effect, Emit):
+            continue
+        try:
+            value = await effect.arun(ctx)
+        except Exception as err:
+            exc = err
+        except BaseException:  # cancelled again while cleaning up: stop here
+            _abandon(core)
+            raise

@@ -1,0 +1,373 @@
+"""Budgets (issue 15, item 5; docs/budgets.md) on the embedded cache (LocMem): caps per
+token, user, group and everyone, the 429 bodies of ``/audit/`` and ``/v1``, windows
+rolling over, tokens settled after the answer, the soft-threshold signal, the cache-down
+policy and the model's validation."""
+
+from __future__ import annotations
+
+import json
+import socket
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import Group
+from django.core.exceptions import ValidationError
+from django.db import IntegrityError, transaction
+from django.test import override_settings
+from rest_framework.authtoken.models import Token
+from rest_framework.test import APIClient
+
+from llm_routing import budgets
+from llm_routing.api import throttles
+from llm_routing.models import Budget
+from llm_routing.resilience import breaker
+from llm_routing.resilience.breaker import CircuitStore
+
+from .conftest import make_chain, make_provider
+
+pytestmark = pytest.mark.django_db
+
+MSG = {"model": "main", "messages": [{"role": "user", "content": "Say hello."}]}
+AUDIT = {"task": "summarize", "input_text": "Django is a web framework."}
+# 2026-03-31 23:59:30 UTC: a minute, an hour, a day and a month all end 30 s later.
+T0 = datetime(2026, 3, 31, 23, 59, 30, tzinfo=UTC).timestamp()
+
+
+class Clock:
+    def __init__(self, now: float) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture(autouse=True)
+def _budget_state(monkeypatch: pytest.MonkeyPatch) -> Iterator[Clock]:
+    clock = Clock(T0)
+    monkeypatch.setattr(budgets, "clock", clock)
+    budgets.reset_cache_state()
+    yield clock
+    budgets.reset_cache_state()
+
+
+@pytest.fixture
+def clock(_budget_state: Clock) -> Clock:
+    return _budget_state
+
+
+@pytest.fixture
+def chain(scripted, key_env):
+    return make_chain("main", [make_provider("a")], is_default=True)
+
+
+def token_of(client: APIClient) -> str:
+    return str(client._credentials["HTTP_AUTHORIZATION"].split()[1])
+
+
+def audit(client: APIClient) -> Any:
+    return client.post("/audit/", data=json.dumps(AUDIT), content_type="application/json")
+
+
+def chat(client: APIClient) -> Any:
+    return client.post(
+        "/v1/chat/completions", data=json.dumps(MSG), content_type="application/json"
+    )
+
+
+def test_a_token_cap_of_3_serves_3_and_refuses_the_4th_on_audit(api, chain):
+    Budget.objects.create(name="tok-3", scope="token", subject=token_of(api), max_requests=3)
+    assert [audit(api).status_code for _ in range(3)] == [200, 200, 200]
+    refused = audit(api)
+    assert refused.status_code == 429
+    body = refused.json()
+    assert set(body) == {"budget", "window", "reset_at", "detail"}
+    assert body["budget"] == "tok-3" and body["window"] == "day"
+    assert body["reset_at"] == "2026-04-01T00:00:00Z"
+    assert refused["Retry-After"] == "30"
+    assert "tok-3" in body["detail"]
+    assert token_of(api) not in refused.content.decode()  # the token key is a secret
+
+
+def test_v1_refusal_is_in_openai_error_envelope(api, chain):
+    Budget.objects.create(name="alice-daily", scope="user", subject="alice", max_requests=3)
+    assert [chat(api).status_code for _ in range(3)] == [200, 200, 200]
+    refused = chat(api)
+    assert refused.status_code == 429
+    error = refused.json()["error"]
+    assert error["code"] == "budget_exceeded"
+    assert error["type"] == "rate_limit_error"
+    assert error["budget"] == "alice-daily"
+    assert error["window"] == "day"
+    assert error["reset_at"] == "2026-04-01T00:00:00Z"
+    assert "alice-daily" in error["message"]
+    assert refused["Retry-After"] == "30"
+
+
+def test_group_and_global_budgets_apply_and_others_are_untouched(api, chain, django_user_model):
+    staff = Group.objects.create(name="staff")
+    alice = django_user_model.objects.get(username="alice")
+    alice.groups.add(staff)
+    Budget.objects.create(name="staff-g", scope="group", subject="staff", max_requests=2)
+    Budget.objects.create(name="everyone", scope="global", max_requests=5)
+    Budget.objects.create(name="bob-only", scope="user", subject="bob", max_requests=1)
+    assert [audit(api).status_code for _ in range(3)] == [200, 200, 429]
+    assert audit(api).json()["budget"] == "staff-g"
+    # bob is not in staff: only the global budget counts him (2 of 5 used by alice).
+    bob = django_user_model.objects.create_user(username="carol", password="pw-carol-123")
+    other = APIClient()
+    other.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=bob).key}")
+    assert [audit(other).status_code for _ in range(4)] == [200, 200, 200, 429]
+    assert audit(other).json()["budget"] == "everyone"
+
+
+def test_a_refusal_counts_nothing_in_the_other_budgets(api, chain):
+    Budget.objects.create(name="a-small", scope="user", subject="alice", max_requests=1)
+    big = Budget.objects.create(name="b-big", scope="global", max_requests=100)
+    assert [audit(api).status_code for _ in range(4)] == [200, 429, 429, 429]
+    assert budgets.usage([big])["b-big"].requests == 1  # all or nothing
+
+
+def test_windows_roll_over(api, chain, clock):
+    Budget.objects.create(
+        name="per-minute", scope="user", subject="alice", window="minute", max_requests=2
+    )
+    assert [audit(api).status_code for _ in range(3)] == [200, 200, 429]
+    clock.now = T0 + 29  # still 23:59:59
+    assert audit(api).status_code == 429
+    clock.now = T0 + 30  # 00:00:00: a new minute
+    assert [audit(api).status_code for _ in range(3)] == [200, 200, 429]
+    assert audit(api).json()["reset_at"] == "2026-04-01T00:01:00Z"
+
+
+def test_month_window_resets_at_the_first_of_the_next_month():
+    start, end = budgets.window_bounds("month", datetime(2026, 12, 15, tzinfo=UTC).timestamp())
+    assert (start.isoformat(), end.isoformat()) == (
+        "2026-12-01T00:00:00+00:00",
+        "2027-01-01T00:00:00+00:00",
+    )
+
+
+def test_token_cap_is_settled_after_the_answer(api, chain):
+    budget = Budget.objects.create(name="tokens", scope="user", subject="alice", max_tokens=10)
+    # Each answer uses 3 + 4 tokens: 0 < 10 and 7 < 10 are served, 14 >= 10 is not.
+    assert [chat(api).status_code for _ in range(3)] == [200, 200, 429]
+    use = budgets.usage([budget])["tokens"]
+    assert (use.requests, use.tokens) == (2, 14)
+
+
+def test_soft_threshold_signal_fires_once_per_window(api, chain, clock):
+    Budget.objects.create(
+        name="soft", scope="user", subject="alice", max_requests=5, soft_threshold=0.4
+    )
+    seen: list[dict[str, Any]] = []
+
+    def receiver(sender: Any, **kwargs: Any) -> None:
+        seen.append({k: v for k, v in kwargs.items() if k != "signal"})
+
+    budgets.budget_threshold_reached.connect(receiver)
+    try:
+        for _ in range(5):
+            assert audit(api).status_code == 200
+        assert seen == [
+            {
+                "name": "soft",
+                "scope": "user",
+                "subject": "alice",
+                "window": "day",
+                "used": 2,
+                "cap": 5,
+                "metric": "requests",
+            }
+        ]
+        clock.now = T0 + 60  # the next day: fires again once
+        for _ in range(3):
+            audit(api)
+        assert len(seen) == 2
+    finally:
+        budgets.budget_threshold_reached.disconnect(receiver)
+
+
+def test_no_budget_no_cost(api, chain):
+    assert [audit(api).status_code for _ in range(5)] == [200] * 5
+
+
+def test_disabled_budget_is_ignored(api, chain):
+    Budget.objects.create(name="off", scope="global", max_requests=1, enabled=False)
+    assert [audit(api).status_code for _ in range(3)] == [200] * 3
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])  # nothing listens there once the socket closes
+
+
+def _dead_redis() -> dict[str, Any]:
+    return {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": f"redis://127.0.0.1:{_closed_port()}/0",
+            "OPTIONS": {"socket_connect_timeout": 0.5, "socket_timeout": 0.5},
+        }
+    }
+
+
+def test_cache_down_fails_open_by_default_and_closed_on_request(api, chain, caplog, monkeypatch):
+    # The dead cache also trips the throttles' and circuits' own fail-open state: keep
+    # it in this test (monkeypatch restores it).
+    monkeypatch.setattr(throttles, "_retry_at", 0.0)
+    monkeypatch.setattr(throttles, "_next_log_at", 0.0)
+    monkeypatch.setattr(breaker, "store", CircuitStore())
+    Budget.objects.create(name="open-b", scope="user", subject="alice", max_requests=1)
+    with override_settings(CACHES=_dead_redis()):
+        assert [audit(api).status_code for _ in range(3)] == [200, 200, 200]
+        assert "Budget cache unavailable (ConnectionError)" in caplog.text
+        Budget.objects.create(
+            name="closed-b", scope="global", max_requests=100, on_cache_down="closed"
+        )
+        refused = audit(api)
+        assert refused.status_code == 503
+        assert refused.json()["budget"] == "closed-b" and refused.json()["reset_at"] is None
+        assert refused["Retry-After"] == "5"
+        v1 = chat(api)
+        assert v1.status_code == 503
+        assert v1.json()["error"]["code"] == "budget_unavailable"
+
+
+def test_model_needs_a_cap_and_a_subject_by_scope():
+    with pytest.raises(ValidationError) as exc:
+        Budget(name="none", scope="global").full_clean()
+    assert "max_requests" in exc.value.message_dict
+    with pytest.raises(ValidationError) as exc:
+        Budget(name="nosub", scope="user", max_requests=1).full_clean()
+    assert "subject" in exc.value.message_dict
+    with pytest.raises(ValidationError) as exc:
+        Budget(name="sub", scope="global", subject="x", max_requests=1).full_clean()
+    assert "subject" in exc.value.message_dict
+    Budget(name="ok", scope="global", max_cost_usd=Decimal("1.5")).full_clean()
+    with transaction.atomic(), pytest.raises(IntegrityError):
+        Budget.objects.create(name="db-none", scope="global")
+
+
+def test_python_api_check_without_a_principal_counts_global_budgets():
+    Budget.objects.create(name="g", scope="global", max_requests=1)
+    assert budgets.check(None) is None
+    refusal = budgets.check(None)
+    assert refusal is not None and refusal.budget == "g" and refusal.status == 429
+    budgets.forget()
+
+
+def test_admin_pages_show_use_against_cap(api, chain, admin_client):
+    tok = Budget.objects.create(
+        name="tok-cap", scope="token", subject=token_of(api), max_requests=3, max_tokens=100
+    )
+    Budget.objects.create(name="idle", scope="global", window="month", max_cost_usd="2.5")
+    audit(api)
+    audit(api)
+    listing = admin_client.get("/admin/llm_routing/budget/")
+    assert listing.status_code == 200
+    page = listing.content.decode()
+    assert "2 / 3" in page  # requests used against the cap
+    assert "14 / 100" in page  # tokens settled after the two answers
+    assert "0 / 2.500000" in page  # cost: none recorded yet
+    assert token_of(api) not in page  # the token key is masked in the list
+    assert "2026-04-01 00:00" in page  # when the day resets
+    filtered = admin_client.get("/admin/llm_routing/budget/?scope__exact=global")
+    assert "idle" in filtered.content.decode() and "tok-cap" not in filtered.content.decode()
+    change = admin_client.get(f"/admin/llm_routing/budget/{tok.pk}/change/").content.decode()
+    assert "requests 2 / 3 · tokens 14 / 100" in change
+    assert admin_client.get("/admin/llm_routing/budget/add/").status_code == 200
+
+
+def test_budget_rows_are_cached_per_process_and_a_save_applies_at_once(
+    api, chain, monkeypatch, django_assert_num_queries
+):
+    monkeypatch.setattr(budgets, "ROWS_TTL_S", 3600.0)
+    budget = Budget.objects.create(name="cached", scope="global", max_requests=1)
+    assert audit(api).status_code == 200
+    assert audit(api).status_code == 429
+    Budget.objects.filter(pk=budget.pk).update(max_requests=5)  # no signal: still cached
+    assert audit(api).status_code == 429
+    budget.refresh_from_db()
+    budget.save()  # a save (the admin, the config file) clears this process's copy
+    assert audit(api).status_code == 200
+    with django_assert_num_queries(0):
+        assert budgets.applicable(None) == [budget]  # cached rows: no query
+
+
+def test_streamed_requests_are_counted_too(api, chain):
+    Budget.objects.create(name="streams", scope="user", subject="alice", max_requests=1)
+    body = {**AUDIT, "stream": True}
+    first = api.post("/audit/", data=json.dumps(body), content_type="application/json")
+    assert first.status_code == 200
+    b"".join(first.streaming_content)
+    second = api.post("/audit/", data=json.dumps(body), content_type="application/json")
+    assert second.status_code == 429 and second.json()["budget"] == "streams"
+
+
+def test_dashboard_shows_requests_per_provider_and_per_user(
+    api, chain, admin_client, django_user_model
+):
+    bob = django_user_model.objects.create_user(username="bob", password="pw-bob-123")
+    other = APIClient()
+    other.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=bob).key}")
+    for _ in range(3):
+        assert audit(api).status_code == 200
+    assert audit(other).status_code == 200
+    assert chat(other).status_code == 200
+    html = admin_client.get("/admin/llm_routing/", {"window": "1h"}).content.decode()
+    providers = html.split('id="llmr-spend-providers"')[1].split("</table>")[0]
+    assert "<td>a</td><td>5</td>" in providers
+    users = html.split('id="llmr-spend-users"')[1].split("</table>")[0]
+    assert users.index("<td>alice</td><td>3</td>") < users.index("<td>bob</td><td>2</td>")
+
+
+def test_cost_cap_is_settled_exactly_and_overshot_by_at_most_one_request():
+    budget = Budget.objects.create(name="cost", scope="global", max_cost_usd=Decimal("0.000006"))
+    served = 0
+    while budgets.check(None) is None:
+        served += 1
+        budgets.settle(0, Decimal("0.0000025"))  # what the answer cost
+        budgets.forget()
+    # 0, 2.5 and 5 µ$ are under the 6 µ$ cap: three served; 7.5 µ$ overshoots by less
+    # than one request's cost.
+    assert served == 3
+    assert budgets.usage([budget])["cost"].cost_usd == Decimal("0.0000075")
+    budgets.forget()
+
+
+def test_a_sub_nano_dollar_cost_is_rounded_up_never_lost():
+    budget = Budget.objects.create(name="tiny", scope="global", max_requests=100)
+    assert budgets.check(None) is None
+    budgets.settle(0, 1e-12)
+    assert budgets.usage([budget])["tiny"].cost_usd == Decimal("0.000000001")
+    budgets.forget()
+
+
+@pytest.mark.django_db(transaction=True)  # the hook reads the rows in a worker thread
+def test_async_hook_carries_the_grant_back_into_the_async_caller():
+    from types import SimpleNamespace
+
+    from asgiref.sync import async_to_sync
+
+    from llm_routing.api.budget_guard import BudgetRefused, aenforce_budgets
+    from llm_routing.types import Principal
+
+    budget = Budget.objects.create(name="async-g", scope="global", max_requests=1)
+    request = SimpleNamespace(auth=None)  # what the hook reads of DRF's request
+
+    async def view() -> str:
+        await aenforce_budgets(request, Principal())
+        budgets.settle(7)  # the router's answer, in the view's own context
+        try:
+            await aenforce_budgets(request, Principal())
+        except BudgetRefused as exc:
+            return str(exc.openai_body()["error"]["code"])
+        return "served"
+
+    assert async_to_sync(view)() == "budget_exceeded"
+    assert budgets.usage([budget])["async-g"].tokens == 7
+    budgets.forget()

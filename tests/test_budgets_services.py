@@ -1,0 +1,195 @@
+"""Budgets on the real services (issue 15, item 5): the Lua script on Redis, and the
+race — 200 concurrent requests from one token against a cap of 50 on two gunicorn
+workers sharing Redis give exactly 50 answers and 150 refusals.
+
+Run with ``python3 dev.py test --services`` (Redis from ``LLMR_TEST_REDIS_URL``,
+PostgreSQL from ``LLMR_TEST_DATABASE_URL``)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+import pytest
+from django.contrib.auth import get_user_model
+from django.db import connection
+from django.test import override_settings
+from rest_framework.authtoken.models import Token
+from rest_framework.test import APIClient
+
+from llm_routing import budgets
+from llm_routing.models import Budget, RoutingDecision
+
+pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True)]
+
+ROOT = Path(__file__).resolve().parent.parent
+REDIS_URL = os.environ.get("LLMR_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+AUDIT = {"task": "summarize", "input_text": "Budget race input."}
+
+
+@pytest.fixture
+def require_services() -> None:
+    from django.core.cache import caches
+    from django.core.cache.backends.redis import RedisCache
+
+    if connection.vendor != "postgresql" or not isinstance(caches["default"], RedisCache):
+        pytest.fail("Run on the services: `python3 dev.py test --services`.")
+
+
+@pytest.fixture
+def prefix(require_services: None) -> Iterator[str]:
+    """A cache key prefix of this test only, on the suite's Redis."""
+    name = f"llmr-budgets-{uuid.uuid4().hex[:12]}"
+    caches = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": REDIS_URL,
+            "KEY_PREFIX": name,
+        }
+    }
+    budgets.reset_cache_state()
+    with override_settings(CACHES=caches):
+        yield name
+    import redis
+
+    client = redis.Redis.from_url(REDIS_URL)
+    try:
+        for key in client.scan_iter(match=f"{name}:*", count=500):
+            client.delete(key)
+    finally:
+        client.close()
+
+
+@pytest.fixture
+def token() -> str:
+    user = get_user_model().objects.create_user("racer", password="pw-racer-123")
+    return str(Token.objects.create(user=user).key)
+
+
+def _post(client: APIClient, url: str, body: dict[str, Any]) -> Any:
+    return client.post(url, data=json.dumps(body), content_type="application/json")
+
+
+def test_lua_check_and_settle_on_redis(prefix: str, token: str) -> None:
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {token}")
+    budget = Budget.objects.create(
+        name="tok", scope="token", subject=token, max_requests=3, max_tokens=1000
+    )
+    assert [_post(client, "/audit/", AUDIT).status_code for _ in range(3)] == [200] * 3
+    refused = _post(client, "/audit/", AUDIT)
+    assert refused.status_code == 429 and refused.json()["budget"] == "tok"
+    use = budgets.usage([budget])["tok"]
+    assert use.requests == 3
+    assert use.tokens > 0  # the mock's usage, settled through the Lua INCRBY
+    v1 = _post(
+        client,
+        "/v1/chat/completions",
+        {"model": "mock", "messages": [{"role": "user", "content": "hi"}]},
+    )
+    assert v1.status_code == 429 and v1.json()["error"]["code"] == "budget_exceeded"
+    # Counter keys name the budget, never the token key.
+    import redis
+
+    keys = [k.decode() for k in redis.Redis.from_url(REDIS_URL).scan_iter(match=f"{prefix}:*")]
+    assert all(token not in k for k in keys)
+    ours = sorted(k.rsplit(":", 1)[1] for k in keys if ":llmr:budget:tok:day:" in k)
+    assert ours == ["cost", "requests", "soft", "tokens"]  # soft: the threshold flag
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _database_url() -> str:
+    s = connection.settings_dict
+    auth = quote(s["USER"] or "postgres")
+    if s.get("PASSWORD"):
+        auth += ":" + quote(s["PASSWORD"])
+    return f"postgres://{auth}@{s['HOST'] or '127.0.0.1'}:{s['PORT'] or 5432}/{s['NAME']}"
+
+
+@pytest.fixture
+def gunicorn(prefix: str, tmp_path: Path) -> Iterator[str]:
+    """Two gunicorn workers on this test's database and Redis prefix."""
+    port = _free_port()
+    env = {k: v for k, v in os.environ.items() if k in {"PATH", "HOME", "LANG"}}
+    env.update(
+        DJANGO_SETTINGS_MODULE="tests.settings_services",
+        LLMR_TEST_DATABASE_URL=_database_url(),
+        LLMR_TEST_REDIS_URL=REDIS_URL,
+        LLMR_TEST_CACHE_PREFIX=prefix,
+        LLMR_TEST_NO_THROTTLES="1",
+        GUNICORN_BIND=f"127.0.0.1:{port}",
+        WEB_CONCURRENCY="2",
+        GUNICORN_THREADS="8",
+        GUNICORN_ACCESSLOG="",
+        PYTHONUNBUFFERED="1",
+    )
+    log_path = tmp_path / "web.log"
+    with log_path.open("ab") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "gunicorn", "-c", "gunicorn.conf.py"],
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert proc.poll() is None, log_path.read_text(errors="replace")[-4000:]
+            try:
+                if httpx.get(base + "/health/", timeout=2).status_code in {401, 403}:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline, "gunicorn did not answer"
+            time.sleep(0.2)
+        yield base
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+
+
+async def _race(base: str, token: str, n: int) -> list[httpx.Response]:
+    limits = httpx.Limits(max_connections=n, max_keepalive_connections=0)
+    async with httpx.AsyncClient(base_url=base, timeout=120, limits=limits) as client:
+        headers = {"Authorization": f"Token {token}"}
+        return list(
+            await asyncio.gather(
+                *(client.post("/audit/", json=AUDIT, headers=headers) for _ in range(n))
+            )
+        )
+
+
+def test_200_concurrent_requests_against_a_cap_of_50_on_two_workers(
+    gunicorn: str, token: str
+) -> None:
+    Budget.objects.create(name="race-50", scope="token", subject=token, max_requests=50)
+    responses = asyncio.run(_race(gunicorn, token, 200))
+    statuses = Counter(r.status_code for r in responses)
+    assert statuses == {200: 50, 429: 150}, statuses
+    for r in responses:
+        if r.status_code == 429:
+            assert r.json()["budget"] == "race-50" and int(r.headers["Retry-After"]) >= 1
+    assert RoutingDecision.objects.count() == 50  # refused requests never reached the walk
+    assert budgets.usage([Budget.objects.get()])["race-50"].requests == 50
