@@ -467,3 +467,29 @@ def test_every_vendor_kind_non_stream_and_stream_with_failover(
     assert len(fake_upstream.requests_for(vendor)) == 4
     decisions = RoutingDecision.objects.order_by("created_at")
     assert [d.selected_provider for d in decisions] == ["second", "second"]
+
+
+# --- budgets (the hook in authorize, run in the admit hop) ------------------------------
+
+
+@pytest.mark.parametrize(
+    ("url", "body"),
+    [("/audit/", GOOD), ("/v1/chat/completions", {"model": "main", "messages": MESSAGES})],
+)
+def test_budget_counts_both_faces_and_refuses_the_same(
+    token: str, chain: Any, monkeypatch: pytest.MonkeyPatch, url: str, body: Any
+) -> None:
+    from llm_routing import budgets
+    from llm_routing.models import Budget
+
+    monkeypatch.setattr(budgets, "clock", lambda: 1_775_000_000.0)  # fixed: same Retry-After
+    budgets.reset_cache_state()
+    Budget.objects.create(name="tok-2", scope="token", subject=token, max_requests=2)
+    try:
+        served = both_faces("post", url, body, token=f"Token {token}")  # one request each
+        assert [r.status_code for r in served] == [200, 200]
+        sync, asynch = both_faces("post", url, body, token=f"Token {token}")
+        assert_same(sync, asynch, status=429)
+        assert "tok-2" in asynch.content.decode() and token not in asynch.content.decode()
+    finally:
+        budgets.reset_cache_state()
