@@ -18,6 +18,7 @@ import os
 __all__ = [
     "accesslog",
     "bind",
+    "child_exit",
     "errorlog",
     "forwarded_allow_ips",
     "graceful_timeout",
@@ -52,3 +53,12 @@ max_requests_jitter = int(os.environ.get("GUNICORN_MAX_REQUESTS_JITTER", "200"))
 forwarded_allow_ips = os.environ.get("FORWARDED_ALLOW_IPS", "127.0.0.1")
 accesslog = os.environ.get("GUNICORN_ACCESSLOG", "-") or None  # empty: no access log
 errorlog = "-"
+
+
+def child_exit(server: object, worker: object) -> None:
+    """Prometheus multiprocess mode (``PROMETHEUS_MULTIPROC_DIR`` set): a dead worker's
+    live gauges leave the scrape (docs/observability.md)."""
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        from prometheus_client import multiprocess
+
+        multiprocess.mark_process_dead(worker.pid)  # type: ignore[attr-defined]

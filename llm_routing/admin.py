@@ -89,6 +89,7 @@ class ProviderAdmin(admin.ModelAdmin):
         ("State", {"fields": ["circuit", "effective_capabilities", "explain_link"]}),
         ("Key", {"fields": ["api_key_env", "key_badge"]}),
         ("Limits", {"fields": ["timeout_s", "first_token_timeout_s", "max_retries", "params"]}),
+        ("Price override", {"fields": ["input_price_per_mtok", "output_price_per_mtok"]}),
         (
             "Capabilities",
             {

@@ -137,6 +137,10 @@ DEFAULTS: dict[str, Any] = {
     "JOB_LEASE_GRACE_S": 30.0,
     # Claims of one async job before it is marked failed (poison-message guard).
     "JOB_MAX_CLAIMS": 3,
+    # --- observability (issue 15) -------------------------------------------------------
+    # Bearer token that GET /metrics requires; None: /metrics answers 404 and no metric
+    # is collected (docs/observability.md).
+    "METRICS_TOKEN": None,
 }
 
 

@@ -182,6 +182,10 @@ def _coerce(f: models.Field[Any, Any], value: Any, path: str, errors: list[str])
         if isinstance(value, dict):
             return _sorted(value)
         errors.append(f"{path}: expected a table.")
+    elif isinstance(f, models.DecimalField):
+        if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0:
+            return Decimal(str(value))
+        errors.append(f"{path}: expected a number, at least 0.")
     elif isinstance(f, models.CharField | models.TextField):
         if isinstance(value, str):
             return value
@@ -437,6 +441,8 @@ def _current() -> DesiredState:
 def _show(value: Any) -> str:
     if isinstance(value, list) and all(isinstance(v, dict) for v in value):
         return "[" + ", ".join(_entry_text(v) for v in value) + "]"
+    if isinstance(value, Decimal):
+        return format(value.normalize(), "f")
     return json.dumps(value, sort_keys=True, ensure_ascii=False)
 
 

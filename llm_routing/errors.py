@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from .types import ErrorInfo
+from .types import ErrorInfo, Usage
 
 __all__ = [
     "AuthenticationError",
@@ -81,6 +81,8 @@ class ProviderError(Exception):
         self.http_status = http_status
         self.code = code
         self.retry_after = retry_after
+        # Tokens the upstream reported although the answer failed (it is charged).
+        self.usage: Usage | None = None
         super().__init__(self.message)
 
     def to_info(self, *, secrets: Iterable[str | None] = ()) -> ErrorInfo:

@@ -40,6 +40,7 @@ from django.db.models import F, Q
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
+from . import pricing
 from .access import principal_for
 from .conf import routing_settings
 from .models import AuditJob
@@ -215,7 +216,7 @@ def run_job(job_id: uuid.UUID | str) -> RunOutcome:
                 pk=job.pk, status=AuditJob.Status.RUNNING, claim_token=token
             ).update(
                 status=AuditJob.Status.DONE,
-                result=routed.to_dict(),
+                result=pricing.envelope(routed),
                 payload=None,
                 request_id=job.pk,
                 finished_at=now,

@@ -16,16 +16,24 @@ logging — which logs request lines and headers — is switched on.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import logging
 import os
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextvars import ContextVar
+from datetime import UTC, datetime
 
 from .errors import scrub
 
 __all__ = [
     "LOGGER_NAMES",
+    "JsonFormatter",
     "RedactKeysFilter",
+    "RequestIdFilter",
+    "bound_request_id",
+    "current_request_id",
     "install",
     "known_key_values",
     "redact",
@@ -126,3 +134,54 @@ def install(extra_names: Iterable[str] = ()) -> RedactKeysFilter:
 
 
 _PREFIXES = ("llm_routing.", "httpx.", "httpcore.")
+
+
+# --- request ids -----------------------------------------------------------------------
+
+_request_id: ContextVar[str | None] = ContextVar("llm_routing_request_id", default=None)
+
+
+def current_request_id() -> str | None:
+    """The id of the request being served in this context, or None."""
+    return _request_id.get()
+
+
+@contextlib.contextmanager
+def bound_request_id(request_id: str) -> Iterator[str]:
+    """Log records written inside carry ``request_id`` (restored on exit)."""
+    token = _request_id.set(request_id)
+    try:
+        yield request_id
+    finally:
+        _request_id.reset(token)
+
+
+class RequestIdFilter(logging.Filter):
+    """Sets ``record.request_id`` (the current request's id, else ``-``); never drops a
+    record. Install it on a handler so records of every logger get it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not getattr(record, "request_id", None):
+            record.request_id = _request_id.get() or "-"
+        return True
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: ``time`` (UTC, ISO 8601), ``level``, ``logger``,
+    ``message``, ``request_id`` and, when there is one, ``exc_info`` (the traceback)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        out = {
+            "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+            "request_id": getattr(record, "request_id", None) or _request_id.get(),
+        }
+        if record.exc_info and not record.exc_text:
+            record.exc_text = self.formatException(record.exc_info)
+        if record.exc_text:
+            out["exc_info"] = record.exc_text
+        if record.stack_info:
+            out["stack_info"] = self.formatStack(record.stack_info)
+        return json.dumps(out, ensure_ascii=False, default=str)

@@ -124,6 +124,26 @@ class Provider(models.Model):
     supports_images = models.BooleanField(
         null=True, blank=True, default=None, help_text=_INHERIT_HELP
     )
+    # A price override (USD per million tokens) for self-hosted or negotiated prices;
+    # both empty: the genai-prices package's price (docs/observability.md).
+    input_price_per_mtok = models.DecimalField(
+        max_digits=12,
+        decimal_places=6,
+        null=True,
+        blank=True,
+        default=None,
+        help_text="USD per million input tokens; overrides the price package. "
+        "Set both prices or neither.",
+    )
+    output_price_per_mtok = models.DecimalField(
+        max_digits=12,
+        decimal_places=6,
+        null=True,
+        blank=True,
+        default=None,
+        help_text="USD per million output tokens; overrides the price package. "
+        "Set both prices or neither.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -168,6 +188,14 @@ class Provider(models.Model):
             )
         if not isinstance(self.params, dict):
             errors["params"] = ValidationError("params must be a JSON object.", code="invalid")
+        if (self.input_price_per_mtok is None) != (self.output_price_per_mtok is None):
+            errors[
+                "output_price_per_mtok"
+                if self.output_price_per_mtok is None
+                else "input_price_per_mtok"
+            ] = ValidationError(
+                "Set both prices per million tokens, or neither.", code="price_pair"
+            )
         if errors:
             raise ValidationError(errors)
 
@@ -331,6 +359,8 @@ class RoutingDecision(models.Model):
     input_length = models.PositiveIntegerField()
     input_sha256 = models.CharField(max_length=64)
     total_latency_ms = models.FloatField(default=0.0)
+    # USD, the sum of its attempts' costs; null when any attempted price is unknown.
+    cost_usd = models.DecimalField(max_digits=18, decimal_places=10, null=True, blank=True)
     # The caller's user pk (as text; blank: anonymous or the Python API), for the
     # dashboard's per-user figures. Not a foreign key: logs outlive deleted users.
     user_pk = models.CharField(max_length=64, blank=True, default="", editable=False)
@@ -372,6 +402,8 @@ class Attempt(models.Model):
     transient = models.BooleanField(default=False)
     retries = models.PositiveSmallIntegerField(default=0)
     latency_ms = models.FloatField(default=0.0)
+    # USD for the tokens this attempt consumed (failed ones too); null: price unknown.
+    cost_usd = models.DecimalField(max_digits=18, decimal_places=10, null=True, blank=True)
     served = models.BooleanField(default=False)
     partial = models.BooleanField(default=False)
 

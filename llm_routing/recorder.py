@@ -34,7 +34,7 @@ from django.core.exceptions import ValidationError
 from django.db import DatabaseError, DataError, IntegrityError, models, transaction
 from django.utils import timezone
 
-from . import spool
+from . import pricing, spool
 from .conf import routing_settings
 from .models import Attempt, RoutingDecision
 from .types import AuditRequest, RoutingResult
@@ -89,6 +89,7 @@ def _user_pk(request: AuditRequest) -> str:
 def decision_rows(request: AuditRequest, routed: RoutingResult) -> dict[str, Any]:
     """The decision and its attempts as plain JSON values (no input, no output)."""
     meta = routed.metadata
+    cost = pricing.costs(routed)
     return {
         "decision": {
             "request_id": str(routed.request_id),
@@ -107,6 +108,7 @@ def decision_rows(request: AuditRequest, routed: RoutingResult) -> dict[str, Any
             "input_sha256": request.input_sha256,
             "total_latency_ms": routed.total_latency_ms,
             "user_pk": _user_pk(request),
+            "cost_usd": pricing.format_usd(cost.total),
             "created_at": timezone.now().isoformat(),
         },
         "attempts": [
@@ -123,8 +125,9 @@ def decision_rows(request: AuditRequest, routed: RoutingResult) -> dict[str, Any
                 "latency_ms": a.latency_ms,
                 "served": a.served,
                 "partial": a.partial,
+                "cost_usd": pricing.format_usd(c),
             }
-            for a in meta.attempts
+            for a, c in zip(meta.attempts, cost.attempts, strict=True)
         ],
     }
 

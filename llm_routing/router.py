@@ -59,7 +59,13 @@ from .resilience.breaker import Allow, Observe
 from .resilience.budget import Budget
 from .resilience.retry import InvokeSteps, deadline_caused, error_result, retry_steps
 from .sanitize import KeyGuard, redacted, sanitized, scrub_error
-from .signals import after_provider_result, before_provider_call, on_provider_fallback, send
+from .signals import (
+    after_provider_result,
+    before_provider_call,
+    on_provider_fallback,
+    request_routed,
+    send,
+)
 from .snapshot import ConfigSnapshot, RuleSpec, acurrent, current
 from .types import (
     CAPABILITIES,
@@ -313,6 +319,7 @@ def _attempt_record(result: ProviderResult, *, served: bool) -> dict[str, object
         "retries": result.retries,
         "latency_ms": result.latency_ms,
         "served": served,
+        "usage": result.usage,
     }
 
 
@@ -663,6 +670,7 @@ class _Session:
             final.status,
             fallback_reason,
         )
+        send(request_routed, request_id=self.request_id, request=self.request, routed=routed)
         return routed
 
 

@@ -3,11 +3,13 @@ twins ``aaudit`` and ``achat``) — shared by the HTTP views and tasks."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from typing import Any, Literal, overload
 
 from django.core.exceptions import ValidationError
 
+from .logging import bound_request_id
 from .router import aroute, aroute_stream, route, route_stream
 from .types import AuditRequest, ForcedTool, Message, RouterStreamEvent, RoutingResult, Tool
 
@@ -63,14 +65,18 @@ def execute(
     """Route one already-validated request: the single entry point of the HTTP view,
     the Python API and the Celery task. ``persist=False`` leaves the recording to the
     caller (async jobs record the decision in the transaction that finishes the job)."""
-    return route(request, request_id=request_id, persist=persist)
+    request_id = request_id or str(uuid.uuid4())
+    with bound_request_id(request_id):  # its log lines carry the routing request id
+        return route(request, request_id=request_id, persist=persist)
 
 
 async def aexecute(
     request: AuditRequest, *, request_id: str | None = None, persist: bool = True
 ) -> RoutingResult:
     """:func:`execute` on the event loop (the async driver of the router)."""
-    return await aroute(request, request_id=request_id, persist=persist)
+    request_id = request_id or str(uuid.uuid4())
+    with bound_request_id(request_id):  # its log lines carry the routing request id
+        return await aroute(request, request_id=request_id, persist=persist)
 
 
 def audit(**kwargs: Any) -> RoutingResult:

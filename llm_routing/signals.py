@@ -4,8 +4,12 @@
 - ``after_provider_result(sender, request_id, provider, result)`` (a ProviderResult)
 - ``on_provider_fallback(sender, request_id, provider, reason)`` — a candidate was
   skipped or failed and the router moves on.
+- ``request_routed(sender, request_id, request, routed)`` — once per routed request
+  (streams included, when they end), with the AuditRequest and the RoutingResult;
+  metrics, traces and cost read it (docs/observability.md). A receiver must not read
+  ``request``'s input text into anything it keeps.
 
-Receivers never get the raw input or a key.
+Receivers never get a key; only ``request_routed`` carries the request itself.
 
 - ``config_changed(sender, using)`` — configuration rows changed in bulk (a
   ``QuerySet.update``, ``bulk_create`` or ``bulk_update`` of Provider, Chain,
@@ -24,6 +28,7 @@ __all__ = [
     "before_provider_call",
     "config_changed",
     "on_provider_fallback",
+    "request_routed",
     "send",
 ]
 
@@ -33,6 +38,7 @@ before_provider_call = Signal()
 after_provider_result = Signal()
 on_provider_fallback = Signal()
 config_changed = Signal()
+request_routed = Signal()
 
 
 def send(signal: Signal, **kwargs: Any) -> None:

@@ -447,6 +447,9 @@ class AttemptRecord:
     latency_ms: float = 0.0
     served: bool = False
     partial: bool = False
+    # Tokens the upstream reported for this attempt (a failed one too); None when none
+    # reached the router. A served stream's usage arrives later: the result's usage.
+    usage: Usage | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -46,6 +46,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # First: every later log line of the request carries its id (docs/observability.md).
+    "llm_routing.middleware.RequestIdMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -152,6 +154,8 @@ LLM_ROUTING = {
     # "inline" (written before the answer) or "write_behind" (docs/production.md).
     "RECORD_MODE": env.str("LLM_ROUTING_RECORD_MODE", default="inline"),
     "RECORD_QUEUE_SIZE": env.int("LLM_ROUTING_RECORD_QUEUE_SIZE", default=10_000),
+    # GET /metrics answers only this bearer token; unset: /metrics is 404.
+    "METRICS_TOKEN": env.str("LLM_ROUTING_METRICS_TOKEN", default="") or None,
     "API_THROTTLE_RATES": {
         "user": env.str("LLM_ROUTING_USER_RATE", default="120/min"),
         "anon": env.str("LLM_ROUTING_ANON_RATE", default="10/min"),
@@ -201,15 +205,32 @@ CSRF_COOKIE_SECURE = env.bool("CSRF_COOKIE_SECURE", default=False)
 if env.bool("USE_X_FORWARDED_PROTO", default=False):
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 
+# Every line carries the id of the request it was written for (request_id; "-" outside
+# one). LOG_FORMAT=json writes one JSON object per line for log shippers. Every 5xx is
+# logged by django.request with its traceback, DEBUG on or off (docs/observability.md).
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "filters": {
+        "request_id": {"()": "llm_routing.logging.RequestIdFilter"},
+        "redact_keys": {"()": "llm_routing.logging.RedactKeysFilter"},
+    },
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s [%(request_id)s] %(message)s"},
+        "json": {"()": "llm_routing.logging.JsonFormatter"},
+    },
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "formatter": "json" if env.str("LOG_FORMAT", default="plain") == "json" else "plain",
+            "filters": ["request_id", "redact_keys"],
+        }
+    },
     "loggers": {
         "llm_routing": {
             "handlers": ["console"],
             "level": env.str("LLM_ROUTING_LOG_LEVEL", default="INFO"),
         },
+        "django.request": {"handlers": ["console"], "level": "ERROR", "propagate": False},
     },
 }

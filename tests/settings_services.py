@@ -48,6 +48,8 @@ LLM_ROUTING = {
     "PROVIDER_KINDS": {"sleepy": "tests.sleepy.SleepyProvider"},
     "REQUEST_DEADLINE_S": float(os.environ.get("LLMR_TEST_DEADLINE_S", "60")),
     "JOB_LEASE_GRACE_S": float(os.environ.get("LLMR_TEST_LEASE_GRACE_S", "30")),
+    # GET /metrics of the spawned gunicorn (tests/test_metrics_services.py).
+    "METRICS_TOKEN": os.environ.get("LLM_ROUTING_METRICS_TOKEN") or None,
 }
 if os.environ.get("LLMR_TEST_NO_THROTTLES"):  # the budget race: only budgets may refuse
     LLM_ROUTING["API_THROTTLE_CLASSES"] = []

@@ -135,11 +135,11 @@ class Stack:
             "beat", ["-m", "celery", "-A", "project", "beat", "-s", str(schedule), "-l", "info"]
         )
 
-    def web(self) -> str:
+    def web(self, workers: int = 1) -> str:
         port = _free_port()
         self.env.update(
             GUNICORN_BIND=f"127.0.0.1:{port}",
-            WEB_CONCURRENCY="1",
+            WEB_CONCURRENCY=str(workers),
             GUNICORN_THREADS="4",
             GUNICORN_ACCESSLOG="",
         )

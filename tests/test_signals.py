@@ -80,3 +80,31 @@ def test_raising_receivers_never_change_the_result(chain, caplog):
     assert routed.metadata.skipped_providers == baseline.metadata.skipped_providers
     assert routed.metadata.attempted_providers == baseline.metadata.attempted_providers
     assert "raised RuntimeError" in caplog.text
+
+
+def test_request_routed_is_sent_once_per_request_streams_included(chain, key_env):
+    from llm_routing.router import route_stream
+    from llm_routing.signals import request_routed
+    from llm_routing.types import StreamResult
+
+    seen: list[tuple[str, object, object]] = []
+
+    def receiver(sender, *, request_id, request, routed, **kwargs):
+        seen.append((request_id, request, routed))
+
+    def broken(sender, **kwargs):
+        raise RuntimeError("a broken receiver")
+
+    request = AuditRequest(task="t", input_text="x")
+    request_routed.connect(receiver)
+    request_routed.connect(broken)
+    try:
+        routed = route(request)
+        events = list(route_stream(AuditRequest(task="t", input_text="y", stream=True)))
+    finally:
+        request_routed.disconnect(receiver)
+        request_routed.disconnect(broken)
+    assert routed.result.ok and routed.result.provider == "c"  # the raise changed nothing
+    assert isinstance(events[-1], StreamResult)
+    assert seen[0] == (routed.request_id, request, routed)
+    assert len(seen) == 2 and seen[1][2] is events[-1].routed

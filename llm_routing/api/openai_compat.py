@@ -30,9 +30,10 @@ from rest_framework import exceptions, serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from .. import snapshot
+from .. import pricing, snapshot
 from ..access import principal_for, provider_allowed
 from ..conf import routing_settings
+from ..logging import current_request_id
 from ..router import aroute_stream, route_stream
 from ..service import aexecute, execute
 from ..types import (
@@ -274,6 +275,11 @@ class _CompletionUsageSerializer(serializers.Serializer):
     prompt_tokens = serializers.IntegerField()
     completion_tokens = serializers.IntegerField()
     total_tokens = serializers.IntegerField()
+    cost_usd = serializers.FloatField(
+        allow_null=True,
+        help_text="Extension: USD for every attempt of this request (failed ones that "
+        "consumed tokens included); null when a price is unknown.",
+    )
 
 
 class ChatCompletionSerializer(serializers.Serializer):
@@ -429,12 +435,15 @@ def _message(result: ProviderResult) -> dict[str, Any]:
     return message
 
 
-def _usage(routed: RoutingResult) -> dict[str, int]:
+def _usage(routed: RoutingResult) -> dict[str, Any]:
+    """OpenAI's usage object plus the extension ``cost_usd`` (every attempt's cost, the
+    failed ones included; null when a price is unknown)."""
     usage = routed.result.usage
     return {
         "prompt_tokens": usage.input_tokens,
         "completion_tokens": usage.output_tokens,
         "total_tokens": usage.input_tokens + usage.output_tokens,
+        "cost_usd": pricing.total_usd(routed),
     }
 
 
@@ -474,8 +483,8 @@ class ChatCompletionsView(OpenAIErrorsMixin, RoutingAPIView):
     def answer(self, request: Request, admitted: tuple[AuditRequest, bool]) -> HttpResponseBase:
         audit_request, include_usage = admitted
         if not audit_request.stream:
-            return _completion_response(execute(audit_request))
-        request_id = str(uuid.uuid4())
+            return _completion_response(execute(audit_request, request_id=current_request_id()))
+        request_id = current_request_id() or str(uuid.uuid4())
         events = route_stream(audit_request, request_id=request_id)
         first = next(events)
         if isinstance(first, StreamResult) and first.routed.result.status != "ok":
@@ -489,8 +498,10 @@ class ChatCompletionsView(OpenAIErrorsMixin, RoutingAPIView):
     ) -> HttpResponseBase:
         audit_request, include_usage = admitted
         if not audit_request.stream:
-            return _completion_response(await aexecute(audit_request))
-        request_id = str(uuid.uuid4())
+            return _completion_response(
+                await aexecute(audit_request, request_id=current_request_id())
+            )
+        request_id = current_request_id() or str(uuid.uuid4())
         events = aroute_stream(audit_request, request_id=request_id)
         try:
             first = await anext(events)

@@ -46,6 +46,7 @@ def _attempt(provider: str, model: str, outcome: str = "ok", **fields: Any) -> d
         "transient": fields.get("transient", False),
         "retries": fields.get("retries", 0),
         "latency_ms": fields.get("latency_ms", 0.21),
+        "cost_usd": fields.get("cost_usd", 0.0),
     }
 
 
@@ -64,6 +65,7 @@ def _envelope(result: dict[str, Any], **meta: Any) -> dict[str, Any]:
         "attempts": [],
         "fallback_used": False,
         "fallback_reason": None,
+        "cost_usd": 0.00096,
         **meta,
     }
     full_result = {
@@ -580,7 +582,12 @@ def _completion(model: str, content: str) -> dict[str, Any]:
                 "finish_reason": "stop",
             }
         ],
-        "usage": {"prompt_tokens": 21, "completion_tokens": 14, "total_tokens": 35},
+        "usage": {
+            "prompt_tokens": 21,
+            "completion_tokens": 14,
+            "total_tokens": 35,
+            "cost_usd": 0.0000116,
+        },
         "system_fingerprint": None,
     }
 

@@ -303,6 +303,9 @@ class AttemptSerializer(serializers.Serializer):
     transient = serializers.BooleanField()
     retries = serializers.IntegerField()
     latency_ms = serializers.FloatField()
+    cost_usd = serializers.FloatField(
+        allow_null=True, help_text="USD for this attempt's tokens; null when unknown."
+    )
 
 
 class RoutingMetadataSerializer(serializers.Serializer):
@@ -321,6 +324,11 @@ class RoutingMetadataSerializer(serializers.Serializer):
     attempts = AttemptSerializer(many=True)
     fallback_used = serializers.BooleanField()
     fallback_reason = serializers.CharField(allow_null=True)
+    cost_usd = serializers.FloatField(
+        allow_null=True,
+        help_text="USD for every attempt (failed ones that consumed tokens included); "
+        "null when any price is unknown.",
+    )
 
 
 class AuditResponseSerializer(serializers.Serializer):

@@ -12,6 +12,8 @@ from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from .. import pricing
+from ..logging import current_request_id
 from ..models import Provider
 from ..resilience import breaker
 from ..router import aroute_stream, route_stream
@@ -53,8 +55,9 @@ class AuditView(RoutingAPIView):
         if isinstance(admitted, Response):
             return admitted
         if admitted.stream:
-            return sse_response(_audit_frame(e) for e in route_stream(admitted))
-        return _audit_response(execute(admitted))
+            events = route_stream(admitted, request_id=current_request_id())
+            return sse_response(_audit_frame(e) for e in events)
+        return _audit_response(execute(admitted, request_id=current_request_id()))
 
     async def aanswer(
         self, request: Request, admitted: AuditRequest | Response
@@ -63,15 +66,16 @@ class AuditView(RoutingAPIView):
             return admitted
         if admitted.stream:
             return sse_response(_aaudit_frames(admitted))
-        return _audit_response(await aexecute(admitted))
+        return _audit_response(await aexecute(admitted, request_id=current_request_id()))
 
 
 def _audit_response(routed: RoutingResult) -> Response:
-    return Response(routed.to_dict(), headers={"X-Request-ID": routed.request_id})
+    return Response(pricing.envelope(routed), headers={"X-Request-ID": routed.request_id})
 
 
 async def _aaudit_frames(audit_request: AuditRequest) -> AsyncIterator[bytes]:
-    async with closing_events(aroute_stream(audit_request)) as events:
+    events = aroute_stream(audit_request, request_id=current_request_id())
+    async with closing_events(events) as events:
         async for event in events:
             yield _audit_frame(event)
 
@@ -84,7 +88,7 @@ def _audit_frame(event: RouterStreamEvent) -> bytes:
             chunk["tool_call"] = event.tool_call.to_dict()
         return sse(chunk, event="chunk")
     if isinstance(event, StreamResult):
-        return sse(event.routed.to_dict(), event="result")
+        return sse(pricing.envelope(event.routed), event="result")
     return sse(
         {
             "request_id": event.routed.request_id,

@@ -199,6 +199,10 @@ class HttpProvider(BaseProvider):
     """
 
     default_base_url: ClassVar[str] = ""
+    #: Where a 200 body reports its tokens: (object key, input key, output key). Read
+    #: again when the answer is refused after it was generated (a failed attempt that
+    #: consumed tokens is charged; llm_routing.pricing).
+    usage_keys: ClassVar[tuple[str, str, str]] = ("usage", "input_tokens", "output_tokens")
 
     def __init__(
         self,
@@ -379,7 +383,21 @@ class HttpProvider(BaseProvider):
             )
         data = self.decode(body)
         self.raise_for_error_body(data)
-        return self.parse(data, request)
+        try:
+            return self.parse(data, request)
+        except ProviderError as exc:
+            exc.usage = self.usage_of(data)  # e.g. a structured answer that is invalid
+            raise
+
+    def usage_of(self, data: Any) -> Usage | None:
+        """The tokens a decoded 200 body reports (:attr:`usage_keys`), or None."""
+        where, input_key, output_key = self.usage_keys
+        usage = data.get(where) if isinstance(data, dict) else None
+        if not isinstance(usage, dict):
+            return None
+        return Usage(
+            input_tokens=_int(usage.get(input_key)), output_tokens=_int(usage.get(output_key))
+        )
 
     def send(
         self,

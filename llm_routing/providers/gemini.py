@@ -304,6 +304,11 @@ class GeminiProvider(HttpProvider):
     )
     kind: ClassVar[str] = "gemini"
     default_base_url: ClassVar[str] = "https://generativelanguage.googleapis.com"
+    usage_keys: ClassVar[tuple[str, str, str]] = (
+        "usageMetadata",
+        "promptTokenCount",
+        "candidatesTokenCount",
+    )
 
     def endpoint(self, request: AuditRequest) -> str:
         model = self.config.model.removeprefix("models/")

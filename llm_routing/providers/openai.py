@@ -207,6 +207,7 @@ class ChatCompletionChunkDecoder(StreamDecoder):
 class OpenAIProvider(HttpProvider):
     kind: ClassVar[str] = "openai"
     default_base_url: ClassVar[str] = "https://api.openai.com/v1"
+    usage_keys: ClassVar[tuple[str, str, str]] = ("usage", "prompt_tokens", "completion_tokens")
     #: Where a pass-through ``max_tokens`` goes when the row's params name neither key.
     max_tokens_key: ClassVar[str] = "max_completion_tokens"
     capabilities: ClassVar[frozenset[str]] = frozenset(

@@ -26,7 +26,7 @@ from ..effects import Complete, Sleep, Steps
 from ..errors import BudgetExhaustedError, ProviderError, ProviderTimeoutError, ResponseError
 from ..logging import known_key_values
 from ..providers.base import BaseProvider, read_api_key
-from ..types import AuditRequest, ProviderResult
+from ..types import AuditRequest, ProviderResult, Usage
 from .budget import MIN_ATTEMPT_S, Budget
 
 __all__ = [
@@ -67,6 +67,7 @@ def error_result(
         mode="error",
         status="error",
         error=exc.to_info(secrets=secrets),
+        usage=exc.usage or Usage(),
         latency_ms=latency_ms,
         retries=retries,
         upstream_requests=upstream_requests,

@@ -9,7 +9,7 @@ from typing import Any
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from llm_routing import audit
+from llm_routing import audit, pricing
 
 __all__ = ["Command"]
 
@@ -65,7 +65,7 @@ class Command(BaseCommand):
             )
             raise CommandError(f"Invalid request — {problems}") from None
         if options["json"]:
-            self.stdout.write(json.dumps(routed.to_dict(), indent=2, sort_keys=True))
+            self.stdout.write(json.dumps(pricing.envelope(routed), indent=2, sort_keys=True))
             return
         result, meta = routed.result, routed.metadata
         self.stdout.write(f"request_id:  {routed.request_id}")

@@ -1,0 +1,301 @@
+"""Prometheus metrics (docs/observability.md).
+
+Every family is fed from the :data:`~llm_routing.signals.request_routed` signal — one
+routed request, its :class:`~llm_routing.types.RoutingResult` — except the circuit
+gauge, which a collector reads from the breaker store at scrape time (read-only: no
+probe slot is claimed).
+
+Label values are bounded: provider names and models come from Provider rows (a name
+that is not a row is ``other``; the model is the row's configured one), reasons and
+categories from fixed sets (anything else is ``other``); never a request id or user
+text.
+
+Multiprocess mode: when ``PROMETHEUS_MULTIPROC_DIR`` is set (before the process
+starts), each worker writes its values to files in that directory and a scrape adds
+them up; gunicorn's ``child_exit`` hook must call
+``prometheus_client.multiprocess.mark_process_dead(worker.pid)`` (the demo's
+``gunicorn.conf.py`` does).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from . import pricing
+from .types import AuditRequest, RoutingResult, Usage
+
+__all__ = [
+    "CIRCUIT_STATES",
+    "ERROR_CATEGORIES",
+    "FALLBACK_REASONS",
+    "REGISTRY",
+    "SKIP_REASONS",
+    "CircuitCollector",
+    "exposition",
+    "observe",
+]
+
+#: ``llm_routing_circuit_state`` values.
+CIRCUIT_STATES = {"closed": 0, "half_open": 1, "open": 2}
+
+ERROR_CATEGORIES = frozenset(
+    {
+        "rate_limit",
+        "unavailable",
+        "network",
+        "timeout",
+        "budget_exhausted",
+        "context_length",
+        "authentication",
+        "invalid_request",
+        "content_policy",
+        "response",
+        "client_disconnected",
+        "chain_exhausted",
+    }
+)
+SKIP_REASONS = frozenset(
+    {
+        "not_allowed",
+        "unknown_provider",
+        "disabled",
+        "missing_key",
+        "unsupported",
+        "budget_exhausted",
+        "circuit_open",
+    }
+)
+FALLBACK_REASONS = ERROR_CATEGORIES | SKIP_REASONS | {"no_chain", "continuation"}
+OUTCOMES = frozenset({"ok", "fallback", "error"})
+#: Skips decided before the row was looked up: the name may be any caller's text.
+UNCHECKED_SKIPS = frozenset({"not_allowed", "unknown_provider"})
+OTHER = "other"
+
+#: Seconds; LLM calls run from tens of milliseconds to minutes (OTel's GenAI advice).
+DURATION_BUCKETS = (
+    0.01,
+    0.02,
+    0.04,
+    0.08,
+    0.16,
+    0.32,
+    0.64,
+    1.28,
+    2.56,
+    5.12,
+    10.24,
+    20.48,
+    40.96,
+    81.92,
+)
+#: Tokens (OTel's GenAI advice: powers of 4).
+TOKEN_BUCKETS = (
+    1,
+    4,
+    16,
+    64,
+    256,
+    1024,
+    4096,
+    16384,
+    65536,
+    262144,
+    1048576,
+    4194304,
+    16777216,
+    67108864,
+)
+
+MULTIPROCESS = bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
+
+#: The app's own registry (not the process-global default one).
+REGISTRY = CollectorRegistry(auto_describe=True)
+
+PROVIDER_MODEL = ("provider", "model")
+GEN_AI = ("gen_ai_provider_name", "gen_ai_request_model")
+
+REQUESTS = Counter(
+    "llm_routing_requests_total",
+    "Routed requests by chain, router mode and outcome (ok, fallback, error).",
+    ("chain", "router_mode", "outcome"),
+    registry=REGISTRY,
+)
+REQUEST_DURATION = Histogram(
+    "llm_routing_request_duration_seconds",
+    "Wall time of a routed request, every attempt and wait included.",
+    ("chain", "router_mode", "outcome"),
+    buckets=DURATION_BUCKETS,
+    registry=REGISTRY,
+)
+ATTEMPTS = Counter(
+    "llm_routing_attempts_total",
+    "Provider attempts (retries inside one attempt are one) by outcome and error category.",
+    (*PROVIDER_MODEL, "outcome", "error_category"),
+    registry=REGISTRY,
+)
+SKIPS = Counter(
+    "llm_routing_skips_total",
+    "Candidates skipped without a call, by reason.",
+    ("provider", "reason"),
+    registry=REGISTRY,
+)
+FALLBACKS = Counter(
+    "llm_routing_fallbacks_total",
+    "Requests not served by their first candidate, by the first reason.",
+    ("reason",),
+    registry=REGISTRY,
+)
+TOKENS = Counter(
+    "llm_routing_tokens_total",
+    "Tokens the upstreams reported (failed attempts included), by type (input, output).",
+    (*PROVIDER_MODEL, "token_type"),
+    registry=REGISTRY,
+)
+COST = Counter(
+    "llm_routing_cost_usd_total",
+    "USD spent on attempts whose price is known (failed attempts that consumed tokens included).",
+    PROVIDER_MODEL,
+    registry=REGISTRY,
+)
+OPERATION_DURATION = Histogram(
+    "gen_ai_client_operation_duration_seconds",
+    "GenAI operation duration: one attempt (its retries included); error_type is empty on success.",
+    (*GEN_AI, "error_type"),
+    buckets=DURATION_BUCKETS,
+    registry=REGISTRY,
+)
+TOKEN_USAGE = Histogram(
+    "gen_ai_client_token_usage",
+    "Tokens used per attempt, by type (input, output).",
+    (*GEN_AI, "gen_ai_token_type"),
+    buckets=TOKEN_BUCKETS,
+    registry=REGISTRY,
+)
+TIME_TO_FIRST_CHUNK = Histogram(
+    "gen_ai_client_operation_time_to_first_chunk_seconds",
+    "Streams: time from the serving attempt's start to its first chunk.",
+    GEN_AI,
+    buckets=DURATION_BUCKETS,
+    registry=REGISTRY,
+)
+
+
+def _bounded(value: str | None, allowed: frozenset[str]) -> str:
+    if not value:
+        return ""
+    return value if value in allowed else OTHER
+
+
+def observe(request: AuditRequest, routed: RoutingResult) -> None:
+    """Count one routed request."""
+    meta, result = routed.metadata, routed.result
+    names = {a.provider for a in meta.attempts}
+    sources = pricing.sources(names)
+    costs = pricing.costs(routed)
+    outcome = _bounded(result.status, OUTCOMES)
+    request_labels = (meta.chain_name or "", meta.router_mode, outcome)
+    REQUESTS.labels(*request_labels).inc()
+    REQUEST_DURATION.labels(*request_labels).observe(routed.total_latency_ms / 1000)
+    if meta.fallback_used:
+        FALLBACKS.labels(_bounded(meta.fallback_reason, FALLBACK_REASONS) or OTHER).inc()
+    earlier_ms = 0.0
+    for attempt, cost in zip(meta.attempts, costs.attempts, strict=True):
+        source = sources.get(attempt.provider)
+        # An attempted candidate or a skip other than these had a row (or is the mock).
+        known = source is not None or (
+            attempt.outcome != "skipped" or attempt.reason not in UNCHECKED_SKIPS
+        )
+        provider = attempt.provider if known else OTHER
+        model = source.model if source is not None else ""
+        if attempt.outcome == "skipped":
+            SKIPS.labels(provider, _bounded(attempt.reason, SKIP_REASONS) or OTHER).inc()
+            continue
+        category = _bounded(attempt.error_category, ERROR_CATEGORIES)
+        ATTEMPTS.labels(provider, model, attempt.outcome, category).inc()
+        seconds = attempt.latency_ms / 1000
+        if request.stream and attempt.served:
+            # A stream attempt ends at its first chunk (the commit point): its latency
+            # is the time to first chunk; the operation lasts until the stream ended.
+            TIME_TO_FIRST_CHUNK.labels(provider, model).observe(seconds)
+            seconds = max(seconds, routed.total_latency_ms / 1000 - earlier_ms / 1000)
+        earlier_ms += attempt.latency_ms
+        OPERATION_DURATION.labels(provider, model, category).observe(seconds)
+        usage = result.usage if attempt.served else attempt.usage
+        _tokens(provider, model, usage)
+        if cost is not None and cost > 0:
+            COST.labels(provider, model).inc(float(cost))
+
+
+def _tokens(provider: str, model: str, usage: Usage | None) -> None:
+    if usage is None or (usage.input_tokens == 0 and usage.output_tokens == 0):
+        return
+    for kind, count in (("input", usage.input_tokens), ("output", usage.output_tokens)):
+        TOKENS.labels(provider, model, kind).inc(count)
+        TOKEN_USAGE.labels(provider, model, kind).observe(count)
+
+
+# --- circuit state, read at scrape time ------------------------------------------------
+
+
+class CircuitCollector(Collector):
+    """``llm_routing_circuit_state`` for every enabled live provider row and every chain
+    entry's model override: 0 closed, 1 half-open, 2 open (``breaker.peek``)."""
+
+    def collect(self) -> Iterator[Metric]:
+        from .resilience import breaker
+
+        gauge = GaugeMetricFamily(
+            "llm_routing_circuit_state",
+            "Circuit per (provider, model): 0 closed, 1 half-open, 2 open.",
+            labels=PROVIDER_MODEL,
+        )
+        for config in _circuit_configs():
+            look = breaker.peek(config)
+            if look.tracked:
+                gauge.add_metric((config.name, config.model), CIRCUIT_STATES[look.phase])
+        yield gauge
+
+    def describe(self) -> Iterable[Metric]:
+        return []
+
+
+def _circuit_configs() -> Iterator[Any]:
+    from .models import ChainEntry, Provider
+
+    seen: set[tuple[str, str]] = set()
+    rows = {p.name: p for p in Provider.objects.filter(enabled=True)}
+    pairs = [(name, "") for name in rows]
+    pairs += list(
+        ChainEntry.objects.filter(provider__name__in=rows)
+        .exclude(model="")
+        .values_list("provider__name", "model")
+    )
+    for name, model in pairs:
+        config = rows[name].to_config()
+        if model:
+            config = config.with_model(model)
+        if (config.name, config.model) not in seen:
+            seen.add((config.name, config.model))
+            yield config
+
+
+REGISTRY.register(CircuitCollector())
+
+
+def exposition() -> tuple[bytes, str]:
+    """The scrape body and its content type (every worker's values in multiprocess
+    mode)."""
+    from prometheus_client import CONTENT_TYPE_LATEST, multiprocess
+
+    if MULTIPROCESS:
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)
+        registry.register(CircuitCollector())
+        return generate_latest(registry), CONTENT_TYPE_LATEST
+    return generate_latest(REGISTRY), CONTENT_TYPE_LATEST
