@@ -1,8 +1,13 @@
 """gunicorn configuration for the demo project (``gunicorn -c gunicorn.conf.py``).
 
-Every value comes from the environment (documented in ``.env.example``). Threads
-(``gthread``) let one worker process wait on several slow upstreams at once; the
-timeout must exceed ``LLM_ROUTING["REQUEST_DEADLINE_S"]`` (60 s by default).
+Every value comes from the environment (documented in ``.env.example``).
+
+**ASGI by default**: uvicorn workers (``uvicorn_worker.UvicornWorker``) serving
+``project.asgi:application``; each worker holds many slow upstream calls on one event
+loop. ``GUNICORN_WORKER_CLASS=gthread`` serves ``project.wsgi:application`` with
+threads instead (``GUNICORN_THREADS`` per worker), for hosts that stay sync
+(docs/production.md). The timeout must exceed ``LLM_ROUTING["REQUEST_DEADLINE_S"]``
+(60 s by default).
 """
 
 from __future__ import annotations
@@ -27,11 +32,17 @@ __all__ = [
     "wsgi_app",
 ]
 
-wsgi_app = "project.wsgi:application"
+ASGI_WORKER = "uvicorn_worker.UvicornWorker"
+
+worker_class = os.environ.get("GUNICORN_WORKER_CLASS", ASGI_WORKER)
+_asgi = "uvicorn" in worker_class.lower()  # UvicornWorker, UvicornH11Worker, a subclass
+# gunicorn's name for "the application", whichever protocol the worker speaks.
+wsgi_app = "project.asgi:application" if _asgi else "project.wsgi:application"
 bind = os.environ.get("GUNICORN_BIND", "127.0.0.1:8000")
-workers = int(os.environ.get("WEB_CONCURRENCY", str(multiprocessing.cpu_count() * 2 + 1)))
-worker_class = "gthread"
-threads = int(os.environ.get("GUNICORN_THREADS", "8"))
+# An event loop keeps one core busy on its own; threads wait on I/O, so more of them.
+_default_workers = multiprocessing.cpu_count() if _asgi else multiprocessing.cpu_count() * 2 + 1
+workers = int(os.environ.get("WEB_CONCURRENCY", str(_default_workers)))
+threads = int(os.environ.get("GUNICORN_THREADS", "8"))  # gthread only
 timeout = int(os.environ.get("GUNICORN_TIMEOUT", "90"))
 graceful_timeout = int(os.environ.get("GUNICORN_GRACEFUL_TIMEOUT", "30"))
 keepalive = int(os.environ.get("GUNICORN_KEEPALIVE", "5"))

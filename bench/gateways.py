@@ -1,5 +1,7 @@
-"""Side-by-side gateway benchmark: this app (WSGI, and ASGI when the project ships it),
-the LiteLLM proxy and the Portkey gateway, against the same fake OpenAI-format upstream,
+"""Side-by-side gateway benchmark: this app as the shipped gunicorn.conf.py serves it
+("this app (ASGI)": uvicorn workers, the default) and with
+``GUNICORN_WORKER_CLASS=gthread`` ("this app (WSGI)"), the LiteLLM proxy and the
+Portkey gateway, against the same fake OpenAI-format upstream,
 on loopback only, in one run.
 
     .venv/bin/python bench/gateways.py \
@@ -522,7 +524,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--database-url", required=True)
     parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/0")
-    parser.add_argument("--systems", default="direct,wsgi,asgi,litellm,portkey")
+    parser.add_argument("--systems", default="direct,asgi,wsgi,litellm,portkey")
     parser.add_argument("--peers-dir", type=Path, default=ROOT.parent / "shared" / "peers")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--seconds", type=int, default=10, help="length of each wrk run")
@@ -572,6 +574,13 @@ def main() -> None:
         replace_docs_section(DOCS, BEGIN, END, block)
 
 
+#: ``--systems`` name → (table label, gunicorn worker class of the shipped config)
+APP_VARIANTS = {
+    "asgi": ("this app (ASGI)", "uvicorn_worker.UvicornWorker"),
+    "wsgi": ("this app (WSGI)", "gthread"),
+}
+
+
 def run_system(
     name: str,
     port: int,
@@ -582,17 +591,11 @@ def run_system(
     logs: Path,
 ) -> Row:
     url = f"http://127.0.0.1:{port}/v1/chat/completions"
-    if name in {"wsgi", "asgi"}:
+    if name in APP_VARIANTS:
         token = prepare_app(args, fast_port, slow_port)
-        env = app_env(args, port)
-        cmd = [sys.executable, "-m", "gunicorn", "-c", "gunicorn.conf.py"]
-        if name == "asgi":
-            asgi_conf = ROOT / "gunicorn.asgi.conf.py"
-            if not asgi_conf.exists() and "uvicorn" not in (ROOT / "gunicorn.conf.py").read_text():
-                return Row(system=name, note="not measured: the project ships no ASGI config yet")
-            if asgi_conf.exists():
-                cmd = [sys.executable, "-m", "gunicorn", "-c", str(asgi_conf)]
-        system = System(name, headers={"Authorization": f"Bearer {token}"})
+        env = {**app_env(args, port), "GUNICORN_WORKER_CLASS": APP_VARIANTS[name][1]}
+        cmd = [sys.executable, "-m", "gunicorn", "-c", "gunicorn.conf.py"]  # the shipped config
+        system = System(APP_VARIANTS[name][0], headers={"Authorization": f"Bearer {token}"})
         with started(cmd, port=port, env=env, log=logs / f"{name}.log") as proc:
             row = measure(system, args, direct, proc.pid, url, url)
             # wrk stops counting at its deadline while the server may still finish (and

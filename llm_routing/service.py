@@ -1,19 +1,27 @@
-"""The Python API behind ``llm_routing.audit`` and ``llm_routing.chat`` — shared by the
-HTTP views and tasks."""
+"""The Python API behind ``llm_routing.audit`` and ``llm_routing.chat`` (and their async
+twins ``aaudit`` and ``achat``) — shared by the HTTP views and tasks."""
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from typing import Any, Literal, overload
 
 from django.core.exceptions import ValidationError
 
 from .logging import bound_request_id
-from .router import route, route_stream
+from .router import aroute, aroute_stream, route, route_stream
 from .types import AuditRequest, ForcedTool, Message, RouterStreamEvent, RoutingResult, Tool
 
-__all__ = ["audit", "build_request", "chat", "execute"]
+__all__ = [
+    "aaudit",
+    "achat",
+    "aexecute",
+    "audit",
+    "build_request",
+    "chat",
+    "execute",
+]
 
 
 def _messages_of(detail: Any, prefix: str) -> dict[str, list[str]]:
@@ -60,6 +68,15 @@ def execute(
     request_id = request_id or str(uuid.uuid4())
     with bound_request_id(request_id):  # its log lines carry the routing request id
         return route(request, request_id=request_id, persist=persist)
+
+
+async def aexecute(
+    request: AuditRequest, *, request_id: str | None = None, persist: bool = True
+) -> RoutingResult:
+    """:func:`execute` on the event loop (the async driver of the router)."""
+    request_id = request_id or str(uuid.uuid4())
+    with bound_request_id(request_id):  # its log lines carry the routing request id
+        return await aroute(request, request_id=request_id, persist=persist)
 
 
 def audit(**kwargs: Any) -> RoutingResult:
@@ -157,3 +174,61 @@ def chat(
     if stream:
         return route_stream(request)
     return execute(request)
+
+
+async def aaudit(**kwargs: Any) -> RoutingResult:
+    """:func:`audit` as a coroutine, for async views and tasks: the same arguments,
+    validation and result; the provider calls never block the event loop."""
+    return await aexecute(build_request(**kwargs))
+
+
+@overload
+async def achat(
+    messages: Sequence[Mapping[str, Any] | Message],
+    *,
+    tools: Sequence[Mapping[str, Any] | Tool] = ...,
+    chain: str | None = ...,
+    stream: Literal[False] = ...,
+    **params: Any,
+) -> RoutingResult: ...
+
+
+@overload
+async def achat(
+    messages: Sequence[Mapping[str, Any] | Message],
+    *,
+    tools: Sequence[Mapping[str, Any] | Tool] = ...,
+    chain: str | None = ...,
+    stream: Literal[True],
+    **params: Any,
+) -> AsyncIterator[RouterStreamEvent]: ...
+
+
+@overload
+async def achat(
+    messages: Sequence[Mapping[str, Any] | Message],
+    *,
+    tools: Sequence[Mapping[str, Any] | Tool] = ...,
+    chain: str | None = ...,
+    stream: bool,
+    **params: Any,
+) -> RoutingResult | AsyncIterator[RouterStreamEvent]: ...
+
+
+async def achat(
+    messages: Sequence[Mapping[str, Any] | Message],
+    *,
+    tools: Sequence[Mapping[str, Any] | Tool] = (),
+    chain: str | None = None,
+    stream: bool = False,
+    **params: Any,
+) -> RoutingResult | AsyncIterator[RouterStreamEvent]:
+    """:func:`chat` as a coroutine: the same arguments and validation. Returns the
+    :class:`~llm_routing.types.RoutingResult`, or with ``stream=True`` an async iterator
+    of ``StreamChunk`` … ending in one ``StreamResult`` or ``StreamFailure``
+    (``async for event in await achat(..., stream=True)``; close it early with
+    ``aclose()`` and the decision records ``client_disconnected``)."""
+    request = build_chat_request(messages, tools=tools, chain=chain, stream=stream, **params)
+    if stream:
+        return aroute_stream(request)
+    return await aexecute(request)

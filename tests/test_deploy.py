@@ -1,9 +1,21 @@
 """The demo project under production-like environment variables: ``check --deploy``
-is clean, and the Celery/cache settings follow the environment."""
+is clean, the Celery/cache settings follow the environment, and the shipped
+gunicorn.conf.py serves ASGI (uvicorn workers) by default and WSGI (gthread) on request."""
 
 from __future__ import annotations
 
 import json
+import multiprocessing
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
 
 from .support import ROOT, clean_env, manage, python
 
@@ -96,3 +108,97 @@ def test_env_example_documents_every_variable_the_settings_read() -> None:
     documented = set(re.findall(r"^#? ?([A-Z0-9_]+)=", (ROOT / ".env.example").read_text(), re.M))
     assert {"DATABASE_URL", "CELERY_BROKER_URL", "GUNICORN_BIND", "LLM_ROUTING_RULES"} <= read
     assert read - documented == set()
+
+
+# --- gunicorn.conf.py: ASGI (uvicorn workers) by default, WSGI (gthread) on request ------
+
+SHOW_GUNICORN = (
+    "import json, runpy; c = runpy.run_path('gunicorn.conf.py'); "
+    "print(json.dumps({k: c[k] for k in ('worker_class', 'wsgi_app', 'workers', 'threads', "
+    "'timeout', 'graceful_timeout', 'keepalive', 'max_requests')}))"
+)
+
+ASGI = {"worker_class": "uvicorn_worker.UvicornWorker", "wsgi_app": "project.asgi:application"}
+WSGI = {"worker_class": "gthread", "wsgi_app": "project.wsgi:application"}
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [({}, ASGI), ({"GUNICORN_WORKER_CLASS": "gthread"}, WSGI)],
+    ids=["default-asgi", "gthread-wsgi"],
+)
+def test_gunicorn_conf_serves_asgi_by_default_and_wsgi_on_request(
+    env: dict[str, str], expected: dict[str, str]
+) -> None:
+    result = python("-c", SHOW_GUNICORN, env=clean_env(**env))
+    assert result.returncode == 0, result.stderr
+    shown = json.loads(result.stdout)
+    assert {k: shown[k] for k in expected} == expected
+    cores = multiprocessing.cpu_count()
+    assert shown["workers"] == (cores if expected is ASGI else 2 * cores + 1)
+    # The timeouts stay above REQUEST_DEADLINE_S (60 s) whatever the worker.
+    assert (shown["timeout"], shown["graceful_timeout"], shown["keepalive"]) == (90, 30, 5)
+    assert shown["max_requests"] == 2000
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.mark.parametrize(
+    ("env", "server"),
+    [({}, "uvicorn"), ({"GUNICORN_WORKER_CLASS": "gthread"}, "gunicorn")],
+    ids=["default-asgi", "gthread-wsgi"],
+)
+def test_the_shipped_config_starts_and_answers(
+    env: dict[str, str], server: str, tmp_path: Path
+) -> None:
+    """gunicorn as production starts it; /health/ answers 401 to an anonymous caller
+    (no database needed) from the expected server; SIGTERM stops it gracefully, through
+    the ASGI lifespan shutdown (where the async HTTP clients are closed)."""
+    port = _free_port()
+    log_path = tmp_path / "gunicorn.log"
+    run_env = clean_env(
+        DEBUG="true",
+        DJANGO_SETTINGS_MODULE="project.settings",
+        GUNICORN_BIND=f"127.0.0.1:{port}",
+        WEB_CONCURRENCY="1",
+        GUNICORN_ACCESSLOG="",
+        PYTHONUNBUFFERED="1",
+        **env,
+    )
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "gunicorn", "-c", "gunicorn.conf.py"],
+            cwd=ROOT,
+            env=run_env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert proc.poll() is None, log_path.read_text()
+            try:
+                response = httpx.get(f"http://127.0.0.1:{port}/health/", timeout=2)
+                break
+            except httpx.TransportError:
+                assert time.monotonic() < deadline, "gunicorn did not answer within 60 s"
+                time.sleep(0.2)
+        assert response.status_code == 401
+        assert response.headers["server"].startswith(server)
+        assert "WWW-Authenticate" in response.headers
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=40) == 0, log_path.read_text()
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+    log = log_path.read_text()
+    if server == "uvicorn":
+        assert "Application startup complete" in log
+        assert "Application shutdown complete" in log  # the lifespan shutdown ran
+    assert "Traceback" not in log

@@ -1,5 +1,6 @@
-"""End to end on the real services: gunicorn + a Celery worker (+ beat) as separate
-processes, on PostgreSQL, with Redis and RabbitMQ as the broker.
+"""End to end on the real services: gunicorn (``-c gunicorn.conf.py``: uvicorn workers,
+ASGI, as production starts it) + a Celery worker (+ beat) as separate processes, on
+PostgreSQL, with Redis and RabbitMQ as the broker.
 
 Each test starts its processes in their own process group on a queue of its own (the
 broker is shared with other runs) and kills the whole group at teardown, whatever
@@ -259,6 +260,8 @@ def _poll_done(stack: Stack, token: str, url: str, *, timeout: float = 60.0) -> 
 
 def test_async_job_through_gunicorn_and_a_real_worker(stack: Stack, token: str) -> None:
     stack.web()
+    # gunicorn.conf.py as shipped: ASGI, uvicorn workers (the async views serve /audit/).
+    assert httpx.get(stack.base_url + "/health/", timeout=5).headers["server"] == "uvicorn"
     stack.worker()
     submitted = _submit(stack, token)
     assert submitted["status"] == "pending"  # not eager: a real queue

@@ -1,16 +1,35 @@
 """The base of every API view: authentication, permissions and throttles from
 ``LLM_ROUTING``, the size-limited JSON parser, and the access check that carries the
-caller's identity into the router's request, then the caller's budgets (429)."""
+caller's identity into the router's request, then the caller's budgets (429).
+
+A view that also serves under ASGI as a coroutine (``/audit/``, ``/v1/chat/completions``,
+``/health/``) names that method in ``async_method`` and splits its handler in two:
+``admit(request)`` (sync: parse, validate, authorize; may read the database) and
+``answer(request, admitted)`` / ``aanswer(request, admitted)`` (the sync and the async
+way to route and shape the answer). Both faces share DRF's authentication, throttles,
+exception handling and rendering, so every status, body and header is the same
+(docs/design-decisions.md, "One view, two faces").
+"""
 
 from __future__ import annotations
 
+import asyncio
+import functools
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
+from typing import Any, ClassVar, ParamSpec, TypeVar
 
+from asgiref.sync import markcoroutinefunction, sync_to_async
+from django.db import close_old_connections
+from django.http import HttpRequest, HttpResponse
+from django.http.response import HttpResponseBase
 from django.utils.module_loading import import_string
 from rest_framework.authentication import BaseAuthentication
 from rest_framework.exceptions import PermissionDenied
 from rest_framework.permissions import BasePermission
+from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
+from rest_framework.response import Response
 from rest_framework.throttling import BaseThrottle
 from rest_framework.views import APIView
 
@@ -20,7 +39,84 @@ from ..types import AuditRequest
 from .budget_guard import enforce_budgets
 from .parsers import LimitedJSONParser
 
-__all__ = ["RoutingAPIView"]
+__all__ = ["RoutingAPIView", "ServerMatchedView", "in_thread"]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def in_thread(func: Callable[P, R]) -> Callable[P, Awaitable[R]]:
+    """``func`` run in a worker thread, off the event loop (not the one thread Django
+    keeps for thread-sensitive code), with Django's connection hygiene before and after
+    (as Channels' ``database_sync_to_async``): a connection past ``CONN_MAX_AGE`` or
+    broken is closed, so each pool thread holds at most one live connection."""
+
+    @functools.wraps(func)
+    def run(*args: P.args, **kwargs: P.kwargs) -> R:
+        close_old_connections()
+        try:
+            return func(*args, **kwargs)
+        finally:
+            close_old_connections()
+
+    return sync_to_async(run, thread_sensitive=False)
+
+
+def _on_event_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
+def _probe() -> None: ...
+
+
+# The attribute(s) that make a callable a coroutine function for Django (asgiref's
+# markcoroutinefunction: ``_is_coroutine`` up to Python 3.11, ``_is_coroutine_mark`` after).
+markcoroutinefunction(_probe)
+_COROUTINE_MARKS: dict[str, Any] = dict(vars(_probe))
+
+
+class ServerMatchedView:
+    """A URL callback that is a coroutine function to the ASGI handler and a plain
+    function to the WSGI one: Django asks ``iscoroutinefunction(view)`` on every request,
+    on the event loop under ASGI (``AsyncClient``, uvicorn) and on a plain thread under
+    WSGI (``Client``, runserver, gthread). So ASGI gets the async face with no thread
+    hop, WSGI the sync face with no event loop per request, from one URL table."""
+
+    def __init__(self, sync_view: Callable[..., Any], async_view: Callable[..., Any]) -> None:
+        self.sync_view = sync_view
+        self.async_view = async_view
+        # view_class, cls, initkwargs, csrf_exempt: what Django, DRF and drf-spectacular read.
+        functools.update_wrapper(self, sync_view)
+
+    def __getattr__(self, name: str) -> Any:
+        if name in _COROUTINE_MARKS and _on_event_loop():
+            return _COROUTINE_MARKS[name]
+        raise AttributeError(name)
+
+    def __call__(self, request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
+        if _on_event_loop():
+            return self.async_view(request, *args, **kwargs)
+        return self.sync_view(request, *args, **kwargs)
+
+
+async def _plain(response: HttpResponseBase) -> HttpResponseBase:
+    """A DRF response rendered here, as a plain HttpResponse: Django would render it in
+    its one thread-sensitive thread, serialising every request of the process."""
+    if not isinstance(response, Response):
+        return response
+    if isinstance(getattr(response, "accepted_renderer", None), JSONRenderer):
+        response.render()
+    else:  # the browsable API renders forms that may read the database
+        await in_thread(response.render)()
+    plain = HttpResponse(response.content, status=response.status_code)
+    for name, value in response.items():
+        plain[name] = value
+    plain.cookies = response.cookies
+    return plain
 
 
 class RoutingAPIView(APIView):
@@ -29,6 +125,9 @@ class RoutingAPIView(APIView):
     # OpenAPI page would show a docstring as every endpoint's description.
 
     parser_classes = [LimitedJSONParser]
+
+    #: The HTTP method also served as a coroutine under ASGI (``admit`` + ``aanswer``).
+    async_method: ClassVar[str | None] = None
 
     def get_authenticators(self) -> list[BaseAuthentication]:
         return [import_string(p)() for p in routing_settings.API_AUTHENTICATION_CLASSES]
@@ -48,3 +147,66 @@ class RoutingAPIView(APIView):
             raise PermissionDenied(reason)
         enforce_budgets(request, audit_request.principal)  # budgets: 429 before the walk
         return audit_request
+
+    # --- the two faces --------------------------------------------------------------
+
+    def admit(self, request: Request) -> Any:
+        """Parse, validate and authorize (sync; may read the database)."""
+        raise NotImplementedError
+
+    def answer(self, request: Request, admitted: Any) -> HttpResponseBase:
+        """Route and shape the answer, synchronously (WSGI)."""
+        raise NotImplementedError
+
+    async def aanswer(self, request: Request, admitted: Any) -> HttpResponseBase:
+        """Route and shape the answer on the event loop (ASGI)."""
+        raise NotImplementedError
+
+    def handle(self, request: Request) -> HttpResponseBase:
+        """The sync handler of ``async_method`` (``post = get = handle``)."""
+        return self.answer(request, self.admit(request))
+
+    @classmethod
+    def as_view(cls, **initkwargs: Any) -> Any:
+        sync_view = super().as_view(**initkwargs)
+        if cls.async_method is None:
+            return sync_view
+
+        async def async_view(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
+            if (request.method or "").lower() != cls.async_method:  # OPTIONS, a 405 …
+                return await _plain(await in_thread(_rendered(sync_view))(request, *args, **kwargs))
+            self = cls(**initkwargs)
+            self.setup(request, *args, **kwargs)
+            return await self.adispatch(request, *args, **kwargs)
+
+        return ServerMatchedView(sync_view, async_view)
+
+    async def adispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
+        """DRF's ``dispatch`` for ``async_method``: authentication, permissions,
+        throttles and ``admit`` in one worker-thread hop, then ``aanswer`` on the loop;
+        errors through the same ``handle_exception`` as the sync face."""
+        self.args, self.kwargs = args, kwargs
+        drf_request = self.initialize_request(request, *args, **kwargs)
+        self.request = drf_request
+        self.headers = self.default_response_headers
+        try:
+            admitted = await in_thread(self._initial_and_admit)(drf_request)
+            response = await self.aanswer(drf_request, admitted)
+        except Exception as exc:
+            response = self.handle_exception(exc)
+        self.response = self.finalize_response(drf_request, response, *args, **kwargs)  # type: ignore[arg-type]
+        return await _plain(self.response)
+
+    def _initial_and_admit(self, request: Request) -> Any:
+        self.initial(request, *self.args, **self.kwargs)
+        return self.admit(request)
+
+
+def _rendered(view: Callable[..., Any]) -> Callable[..., Any]:
+    def call(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
+        response = view(request, *args, **kwargs)
+        if isinstance(response, Response):
+            response.render()
+        return response
+
+    return call

@@ -19,10 +19,11 @@ import itertools
 import json
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import AsyncIterable, AsyncIterator, Iterable, Mapping
 from typing import Any
 
 from django.http import StreamingHttpResponse
+from django.http.response import HttpResponseBase
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import exceptions, serializers, status
@@ -33,14 +34,14 @@ from .. import pricing, snapshot
 from ..access import principal_for, provider_allowed
 from ..conf import routing_settings
 from ..logging import current_request_id
-from ..router import route_stream
-from ..service import execute
+from ..router import aroute_stream, route_stream
+from ..service import aexecute, execute
 from ..types import (
     AuditRequest,
     ProviderResult,
+    RouterStreamEvent,
     RoutingResult,
     StreamChunk,
-    StreamFailure,
     StreamResult,
 )
 from .base import RoutingAPIView
@@ -58,7 +59,7 @@ from .chat_serializers import (
 )
 from .schema_docs import CHAT_COMPLETIONS, MODELS
 from .serializers import ToolCallSerializer, output_tokens_within_limit
-from .sse import SSE_HEADERS, sse
+from .sse import aclose_events, closing_events, sse, sse_response
 
 __all__ = [
     "ChatCompletionRequestSerializer",
@@ -465,114 +466,162 @@ _CHAT_DOCS = _with_shapes(CHAT_COMPLETIONS)
 
 
 class ChatCompletionsView(OpenAIErrorsMixin, RoutingAPIView):
+    async_method = "post"
+
     @extend_schema(request=ChatCompletionRequestSerializer, **_CHAT_DOCS)
-    def post(self, request: Request) -> Response | StreamingHttpResponse:
+    def post(self, request: Request) -> HttpResponseBase:
+        return self.handle(request)
+
+    def admit(self, request: Request) -> tuple[AuditRequest, bool]:
+        """The validated, authorized request and whether the stream ends with usage."""
         serializer = ChatCompletionRequestSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         audit_request = self.authorize(request, serializer.to_request())
         opts = serializer.validated_data.get("stream_options") or {}
-        if audit_request.stream:
-            return self._stream(audit_request, include_usage=bool(opts.get("include_usage")))
-        routed = execute(audit_request, request_id=current_request_id())
-        if routed.result.status != "ok":
-            return _error_response(routed)
-        result = routed.result
-        body = {
-            "id": _completion_id(routed.request_id),
-            "object": "chat.completion",
-            "created": int(time.time()),
-            "model": result.model,
-            "choices": [
-                {
-                    "index": 0,
-                    "message": _message(result),
-                    "logprobs": None,
-                    "finish_reason": finish_reason(
-                        result.finish_reason, has_tool_calls=bool(result.tool_calls)
-                    ),
-                }
-            ],
-            "usage": _usage(routed),
-            "system_fingerprint": None,
-        }
-        return Response(body, headers=_headers(routed))
+        return audit_request, bool(opts.get("include_usage"))
 
-    def _stream(
-        self, audit_request: AuditRequest, *, include_usage: bool
-    ) -> Response | StreamingHttpResponse:
+    def answer(self, request: Request, admitted: tuple[AuditRequest, bool]) -> HttpResponseBase:
+        audit_request, include_usage = admitted
+        if not audit_request.stream:
+            return _completion_response(execute(audit_request, request_id=current_request_id()))
         request_id = current_request_id() or str(uuid.uuid4())
         events = route_stream(audit_request, request_id=request_id)
         first = next(events)
         if isinstance(first, StreamResult) and first.routed.result.status != "ok":
             return _error_response(first.routed)  # nothing was sent yet: a real HTTP error
-        created = int(time.time())
-        completion_id = _completion_id(request_id)
+        frames = _Frames(request_id, include_usage=include_usage)
+        body = (f for event in itertools.chain([first], events) for f in frames(event))
+        return _stream_response(body, request_id, first)
 
-        def frames() -> Iterator[bytes]:
-            role_sent = False
-            streamed_calls = False
-            stream_model = ""  # every chunk of one stream names the same model
-            for event in itertools.chain([first], events):
-                if isinstance(event, StreamChunk):
-                    stream_model = stream_model or event.model
-                    delta: dict[str, Any] = (
-                        {"tool_calls": [event.tool_call.to_dict()]}
-                        if event.tool_call is not None
-                        else {"content": event.text}
-                    )
-                    streamed_calls = streamed_calls or event.tool_call is not None
-                    if not role_sent:
-                        delta = {"role": "assistant", **delta}
-                        role_sent = True
-                    yield sse(_chunk(completion_id, created, stream_model, delta, None))
-                elif isinstance(event, StreamResult):
-                    routed = event.routed
-                    result = routed.result
-                    cid = completion_id
-                    model = stream_model or result.model
-                    if not role_sent or (result.tool_calls and not streamed_calls):
-                        # Nothing (or no tool call) was streamed: send the answer whole.
-                        whole: dict[str, Any] = {"role": "assistant"}
-                        if not role_sent:
-                            whole["content"] = result.output
-                        if result.tool_calls and not streamed_calls:
-                            whole["tool_calls"] = [
-                                {"index": i, **c.to_dict()} for i, c in enumerate(result.tool_calls)
-                            ]
-                        yield sse(_chunk(cid, created, model, whole, None))
-                    finish = finish_reason(
-                        result.finish_reason, has_tool_calls=bool(result.tool_calls)
-                    )
-                    yield sse(_chunk(cid, created, model, {}, finish))
-                    if include_usage:
-                        yield sse(
-                            {
-                                "id": cid,
-                                "object": "chat.completion.chunk",
-                                "created": created,
-                                "model": model,
-                                "choices": [],
-                                "usage": _usage(routed),
-                            }
-                        )
-                    yield sse("[DONE]")
-                elif isinstance(event, StreamFailure):
-                    # After the first chunk: an in-band error, and no [DONE].
-                    yield sse(
-                        error_body(
-                            event.error.message,
-                            type_="upstream_error",
-                            code=event.error.category,
-                        )
-                    )
+    async def aanswer(
+        self, request: Request, admitted: tuple[AuditRequest, bool]
+    ) -> HttpResponseBase:
+        audit_request, include_usage = admitted
+        if not audit_request.stream:
+            return _completion_response(
+                await aexecute(audit_request, request_id=current_request_id())
+            )
+        request_id = current_request_id() or str(uuid.uuid4())
+        events = aroute_stream(audit_request, request_id=request_id)
+        try:
+            first = await anext(events)
+        except BaseException:  # cancelled (the client went away) or failed: record it now
+            await aclose_events(events)
+            raise
+        if isinstance(first, StreamResult) and first.routed.result.status != "ok":
+            await aclose_events(events)
+            return _error_response(first.routed)  # nothing was sent yet: a real HTTP error
+        frames = _Frames(request_id, include_usage=include_usage)
 
-        response = StreamingHttpResponse(frames(), content_type="text/event-stream")
-        for name, value in SSE_HEADERS.items():
-            response[name] = value
-        response["X-Request-ID"] = request_id
-        if isinstance(first, StreamChunk):
-            response["X-LLM-Provider"] = first.provider
-        return response
+        async def body() -> AsyncIterator[bytes]:
+            async with closing_events(events):
+                for frame in frames(first):
+                    yield frame
+                async for event in events:
+                    for frame in frames(event):
+                        yield frame
+
+        return _stream_response(body(), request_id, first)
+
+
+def _completion_response(routed: RoutingResult) -> Response:
+    """The ``chat.completion`` answer, or the error in OpenAI's envelope."""
+    if routed.result.status != "ok":
+        return _error_response(routed)
+    result = routed.result
+    body = {
+        "id": _completion_id(routed.request_id),
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": result.model,
+        "choices": [
+            {
+                "index": 0,
+                "message": _message(result),
+                "logprobs": None,
+                "finish_reason": finish_reason(
+                    result.finish_reason, has_tool_calls=bool(result.tool_calls)
+                ),
+            }
+        ],
+        "usage": _usage(routed),
+        "system_fingerprint": None,
+    }
+    return Response(body, headers=_headers(routed))
+
+
+def _stream_response(
+    frames: Iterable[bytes] | AsyncIterable[bytes], request_id: str, first: RouterStreamEvent
+) -> StreamingHttpResponse:
+    response = sse_response(frames)
+    response["X-Request-ID"] = request_id
+    if isinstance(first, StreamChunk):
+        response["X-LLM-Provider"] = first.provider
+    return response
+
+
+class _Frames:
+    """The ``chat.completion.chunk`` SSE frames of one streamed answer, router event by
+    router event: one shaping for the sync and the async driver."""
+
+    def __init__(self, request_id: str, *, include_usage: bool) -> None:
+        self.completion_id = _completion_id(request_id)
+        self.created = int(time.time())
+        self.include_usage = include_usage
+        self.role_sent = False
+        self.streamed_calls = False
+        self.stream_model = ""  # every chunk of one stream names the same model
+
+    def __call__(self, event: RouterStreamEvent) -> list[bytes]:
+        cid, created = self.completion_id, self.created
+        if isinstance(event, StreamChunk):
+            self.stream_model = self.stream_model or event.model
+            delta: dict[str, Any] = (
+                {"tool_calls": [event.tool_call.to_dict()]}
+                if event.tool_call is not None
+                else {"content": event.text}
+            )
+            self.streamed_calls = self.streamed_calls or event.tool_call is not None
+            if not self.role_sent:
+                delta = {"role": "assistant", **delta}
+                self.role_sent = True
+            return [sse(_chunk(cid, created, self.stream_model, delta, None))]
+        if isinstance(event, StreamResult):
+            routed = event.routed
+            result = routed.result
+            model = self.stream_model or result.model
+            out: list[bytes] = []
+            if not self.role_sent or (result.tool_calls and not self.streamed_calls):
+                # Nothing (or no tool call) was streamed: send the answer whole.
+                whole: dict[str, Any] = {"role": "assistant"}
+                if not self.role_sent:
+                    whole["content"] = result.output
+                if result.tool_calls and not self.streamed_calls:
+                    whole["tool_calls"] = [
+                        {"index": i, **c.to_dict()} for i, c in enumerate(result.tool_calls)
+                    ]
+                out.append(sse(_chunk(cid, created, model, whole, None)))
+            finish = finish_reason(result.finish_reason, has_tool_calls=bool(result.tool_calls))
+            out.append(sse(_chunk(cid, created, model, {}, finish)))
+            if self.include_usage:
+                out.append(
+                    sse(
+                        {
+                            "id": cid,
+                            "object": "chat.completion.chunk",
+                            "created": created,
+                            "model": model,
+                            "choices": [],
+                            "usage": _usage(routed),
+                        }
+                    )
+                )
+            out.append(sse("[DONE]"))
+            return out
+        # A StreamFailure, after the first chunk: an in-band error, and no [DONE].
+        return [
+            sse(error_body(event.error.message, type_="upstream_error", code=event.error.category))
+        ]
 
 
 def _chunk(

@@ -1,12 +1,12 @@
 """HTTP views: no routing logic here — they validate, call :func:`llm_routing.service.execute`
-(the same function as the Python API), shape the answer."""
+(the same function as the Python API; ``aexecute`` under ASGI), shape the answer."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
-from django.http import StreamingHttpResponse
+from django.http.response import HttpResponseBase
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
 from rest_framework.request import Request
@@ -16,19 +16,21 @@ from .. import pricing
 from ..logging import current_request_id
 from ..models import Provider
 from ..resilience import breaker
-from ..router import route_stream
-from ..service import execute
-from ..types import AuditRequest, StreamChunk, StreamFailure, StreamResult
+from ..router import aroute_stream, route_stream
+from ..service import aexecute, execute
+from ..types import AuditRequest, RouterStreamEvent, RoutingResult, StreamChunk, StreamResult
 from .base import RoutingAPIView
 from .job_views import submit_job
 from .schema_docs import AUDIT, HEALTH, documented
 from .serializers import AuditRequestSerializer, AuditResponseSerializer
-from .sse import SSE_HEADERS, sse
+from .sse import closing_events, sse, sse_response
 
 __all__ = ["AuditView", "HealthView"]
 
 
 class AuditView(RoutingAPIView):
+    async_method = "post"
+
     def perform_content_negotiation(self, request: Request, force: bool = False) -> Any:
         # SSE clients send ``Accept: text/event-stream``: a streamed answer is served in
         # that type, and anything else (a 400, a 202) falls back to JSON instead of a 406.
@@ -37,43 +39,65 @@ class AuditView(RoutingAPIView):
         return super().perform_content_negotiation(request, force=force)
 
     @extend_schema(request=AuditRequestSerializer, **documented(AUDIT, ok=AuditResponseSerializer))
-    def post(self, request: Request) -> Response | StreamingHttpResponse:
+    def post(self, request: Request) -> HttpResponseBase:
+        return self.handle(request)
+
+    def admit(self, request: Request) -> AuditRequest | Response:
+        """The validated, authorized request, or the 202 of an async job."""
         serializer = AuditRequestSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         audit_request = self.authorize(request, serializer.to_request())
         if serializer.validated_data.get("async"):
             return submit_job(request, serializer.validated_data)
-        if audit_request.stream:
-            response = StreamingHttpResponse(
-                _audit_events(audit_request), content_type="text/event-stream"
-            )
-            for name, value in SSE_HEADERS.items():
-                response[name] = value
-            return response
-        routed = execute(audit_request, request_id=current_request_id())
-        return Response(pricing.envelope(routed), headers={"X-Request-ID": routed.request_id})
+        return audit_request
+
+    def answer(self, request: Request, admitted: AuditRequest | Response) -> HttpResponseBase:
+        if isinstance(admitted, Response):
+            return admitted
+        if admitted.stream:
+            events = route_stream(admitted, request_id=current_request_id())
+            return sse_response(_audit_frame(e) for e in events)
+        return _audit_response(execute(admitted, request_id=current_request_id()))
+
+    async def aanswer(
+        self, request: Request, admitted: AuditRequest | Response
+    ) -> HttpResponseBase:
+        if isinstance(admitted, Response):
+            return admitted
+        if admitted.stream:
+            return sse_response(_aaudit_frames(admitted))
+        return _audit_response(await aexecute(admitted, request_id=current_request_id()))
 
 
-def _audit_events(audit_request: AuditRequest) -> Iterator[bytes]:
+def _audit_response(routed: RoutingResult) -> Response:
+    return Response(pricing.envelope(routed), headers={"X-Request-ID": routed.request_id})
+
+
+async def _aaudit_frames(audit_request: AuditRequest) -> AsyncIterator[bytes]:
+    events = aroute_stream(audit_request, request_id=current_request_id())
+    async with closing_events(events) as events:
+        async for event in events:
+            yield _audit_frame(event)
+
+
+def _audit_frame(event: RouterStreamEvent) -> bytes:
     """``chunk`` (text delta) … then ``result`` (the envelope) or ``error``."""
-    for event in route_stream(audit_request, request_id=current_request_id()):
-        if isinstance(event, StreamChunk):
-            chunk: dict[str, Any] = {"text": event.text}
-            if event.tool_call is not None:  # a fragment of a tool call (OpenAI's shape)
-                chunk["tool_call"] = event.tool_call.to_dict()
-            yield sse(chunk, event="chunk")
-        elif isinstance(event, StreamResult):
-            yield sse(pricing.envelope(event.routed), event="result")
-        elif isinstance(event, StreamFailure):
-            yield sse(
-                {
-                    "request_id": event.routed.request_id,
-                    "category": event.error.category,
-                    "message": event.error.message,
-                    "partial": event.partial,
-                },
-                event="error",
-            )
+    if isinstance(event, StreamChunk):
+        chunk: dict[str, Any] = {"text": event.text}
+        if event.tool_call is not None:  # a fragment of a tool call (OpenAI's shape)
+            chunk["tool_call"] = event.tool_call.to_dict()
+        return sse(chunk, event="chunk")
+    if isinstance(event, StreamResult):
+        return sse(pricing.envelope(event.routed), event="result")
+    return sse(
+        {
+            "request_id": event.routed.request_id,
+            "category": event.error.category,
+            "message": event.error.message,
+            "partial": event.partial,
+        },
+        event="error",
+    )
 
 
 class CircuitHealthSerializer(serializers.Serializer):
@@ -113,8 +137,15 @@ class HealthResponseSerializer(serializers.Serializer):
 
 
 class HealthView(RoutingAPIView):
+    # Under ASGI the rows and circuit states are read in a worker thread (``admit``), the
+    # answer is shaped on the loop.
+    async_method = "get"
+
     @extend_schema(**documented(HEALTH, ok=HealthResponseSerializer))
-    def get(self, request: Request) -> Response:
+    def get(self, request: Request) -> HttpResponseBase:
+        return self.handle(request)
+
+    def admit(self, request: Request) -> dict[str, Any]:
         rows = list(Provider.objects.order_by("name"))
         circuits = breaker.store.for_providers(rows)
         now = breaker.store.clock()
@@ -134,4 +165,10 @@ class HealthView(RoutingAPIView):
                 }
             )
         cache = "degraded" if breaker.store.degraded else "ok"
-        return Response({"status": cache, "cache": cache, "providers": providers})
+        return {"status": cache, "cache": cache, "providers": providers}
+
+    def answer(self, request: Request, admitted: dict[str, Any]) -> Response:
+        return Response(admitted)
+
+    async def aanswer(self, request: Request, admitted: dict[str, Any]) -> Response:
+        return Response(admitted)
