@@ -60,6 +60,7 @@ VENDOR_PRICE_IDS = {"openai": "openai", "anthropic": "anthropic", "gemini": "goo
 
 MTOK = Decimal(1_000_000)
 
+
 @dataclass(frozen=True, slots=True)
 class PriceSource:
     """What pricing needs to know of one provider row."""
