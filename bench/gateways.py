@@ -313,6 +313,10 @@ def app_env(args: argparse.Namespace, port: int) -> dict[str, str]:
         "GUNICORN_ACCESSLOG": "",
         "LLM_ROUTING_USER_RATE": "100000000/min",
         "LLM_ROUTING_LOG_LEVEL": "WARNING",
+        # Production settings (docs/production.md): decisions written off the request
+        # path in batches, anything the database refuses kept in the spool.
+        "LLM_ROUTING_RECORD_MODE": "write_behind",
+        "LLM_ROUTING_SPOOL_DIR": str(Path(tempfile.gettempdir()) / "llm-routing-bench-spool"),
     }
 
 
@@ -598,10 +602,11 @@ def run_system(
         system = System(APP_VARIANTS[name][0], headers={"Authorization": f"Bearer {token}"})
         with started(cmd, port=port, env=env, log=logs / f"{name}.log") as proc:
             row = measure(system, args, direct, proc.pid, url, url)
-            # wrk stops counting at its deadline while the server may still finish (and
-            # record) the requests in flight: rows >= answers, rows - answers <= clients.
-            rows = decisions(args)
-            row.decisions_ok = f"{rows} rows / {row.answered} answers"
+        # Counted after a graceful stop, which flushes the write-behind queue. wrk stops
+        # counting at its deadline while the server may still finish (and record) the
+        # requests in flight: rows >= answers, rows - answers <= clients.
+        rows = decisions(args)
+        row.decisions_ok = f"{rows} rows / {row.answered} answers"
         return row
     if name == "litellm":
         exe = install_litellm(args.peers_dir)
