@@ -20,7 +20,16 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-__all__ = ["close_async_clients", "with_lifespan"]
+import django
+from django.core.handlers import base
+from django.core.handlers.asgi import ASGIHandler
+
+__all__ = [
+    "InlineMiddlewareASGIHandler",
+    "close_async_clients",
+    "get_asgi_application",
+    "with_lifespan",
+]
 
 logger = logging.getLogger("llm_routing.asgi")
 
@@ -59,3 +68,30 @@ def with_lifespan(app: ASGIApp) -> ASGIApp:
                 return
 
     return application
+
+
+class InlineMiddlewareASGIHandler(ASGIHandler):
+    """Django's ASGI handler that loads :mod:`llm_routing.inline_middleware`'s subclasses
+    in place of Django's stock middleware named in ``MIDDLEWARE``: their hooks run on
+    the event loop instead of hopping, twice each, to Django's one shared thread."""
+
+    def load_middleware(self, is_async: bool = False) -> None:
+        from .inline_middleware import INLINE
+
+        stock = getattr(base, "import_string")  # noqa: B009
+
+        def import_inline(path: str) -> Any:
+            return INLINE.get(path) or stock(path)
+
+        setattr(base, "import_string", import_inline)  # noqa: B010 - startup, one thread
+        try:
+            super().load_middleware(is_async=is_async)
+        finally:
+            setattr(base, "import_string", stock)  # noqa: B010
+
+
+def get_asgi_application() -> ASGIApp:
+    """:func:`django.core.asgi.get_asgi_application` with the inline middleware and the
+    lifespan protocol answered (what the demo project's ``asgi.py`` serves)."""
+    django.setup(set_prefix=False)
+    return with_lifespan(InlineMiddlewareASGIHandler())

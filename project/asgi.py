@@ -5,9 +5,10 @@ HTTP clients when a worker stops (docs/production.md)."""
 
 import os
 
-from django.core.asgi import get_asgi_application
-
-from llm_routing.asgi import with_lifespan
-
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "project.settings")
-application = with_lifespan(get_asgi_application())
+
+# Django's handler, with its stock middleware's hooks run on the event loop (no thread
+# hop per hook) and the lifespan protocol answered (llm_routing/asgi.py).
+from llm_routing.asgi import get_asgi_application
+
+application = get_asgi_application()

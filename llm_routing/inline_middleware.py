@@ -1,0 +1,141 @@
+"""Django's stock middleware, without a thread hop per request under ASGI.
+
+Under ASGI, Django's ``MiddlewareMixin`` runs every ``process_request`` and
+``process_response`` through ``sync_to_async(thread_sensitive=True)``: with the seven
+middlewares of a usual project that is up to 14 hops per request, all queued on ONE
+shared thread, so every request of a worker waits in that queue (measured on the
+routing API: docs/production.md, "ASGI"). These subclasses call the hooks inline on the
+event loop, which is safe because they do no I/O there:
+
+* security, common, CSRF, clickjacking, authentication: header and cookie work only
+  (``request.user`` stays lazy; the authentication middleware sets it up without
+  reading the database; CSRF keeps its secret in a cookie — with
+  ``CSRF_USE_SESSIONS`` on, use Django's own CSRF middleware);
+* messages: inline when the request added or read no message (every API request);
+  otherwise its storage may touch the session, and it runs in the thread;
+* sessions: ``process_request`` only builds a lazy store; ``process_response`` saves the
+  session (a database write) only when the request touched it — then, and only then,
+  it runs in the thread as Django's does.
+
+CSRF's ``process_view`` is made a coroutine in async mode too (Django would adapt it
+through the same shared thread). Under WSGI every class behaves exactly as its
+Django parent.
+
+``MIDDLEWARE`` keeps naming Django's classes (its deploy checks look for those exact
+paths): :func:`llm_routing.asgi.get_asgi_application` loads these subclasses in their
+place (:data:`INLINE`); a project may also name them in ``MIDDLEWARE`` directly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from asgiref.sync import markcoroutinefunction, sync_to_async
+from django.contrib.auth import middleware as auth
+from django.contrib.messages import middleware as messages
+from django.contrib.sessions import middleware as sessions
+from django.http import HttpRequest, HttpResponse, HttpResponseBase
+from django.middleware import clickjacking, common, csrf, security
+
+__all__ = [
+    "INLINE",
+    "AuthenticationMiddleware",
+    "CommonMiddleware",
+    "CsrfViewMiddleware",
+    "MessageMiddleware",
+    "SecurityMiddleware",
+    "SessionMiddleware",
+    "XFrameOptionsMiddleware",
+]
+
+
+class _Inline:
+    """``__acall__`` of ``MiddlewareMixin`` with the hooks called on the loop."""
+
+    get_response: Callable[[HttpRequest], Any]
+
+    async def __acall__(self, request: HttpRequest) -> HttpResponseBase:
+        response = None
+        process_request = getattr(self, "process_request", None)
+        if process_request is not None:
+            response = process_request(request)
+        response = response or await self.get_response(request)
+        if hasattr(self, "process_response"):
+            response = await self._aprocess_response(request, response)
+        return response
+
+    async def _aprocess_response(
+        self, request: HttpRequest, response: HttpResponseBase
+    ) -> HttpResponseBase:
+        return self.process_response(request, response)  # type: ignore[attr-defined]
+
+
+class SecurityMiddleware(_Inline, security.SecurityMiddleware):
+    pass
+
+
+class CommonMiddleware(_Inline, common.CommonMiddleware):
+    pass
+
+
+class XFrameOptionsMiddleware(_Inline, clickjacking.XFrameOptionsMiddleware):
+    pass
+
+
+class MessageMiddleware(_Inline, messages.MessageMiddleware):
+    async def _aprocess_response(  # type: ignore[override]
+        self, request: HttpRequest, response: HttpResponse
+    ) -> HttpResponseBase:
+        storage = getattr(request, "_messages", None)
+        if storage is not None and (storage.used or storage.added_new):
+            # Storing may read or write the session (a database read): in the thread.
+            return await sync_to_async(self.process_response, thread_sensitive=True)(
+                request, response
+            )
+        return self.process_response(request, response)
+
+
+class AuthenticationMiddleware(_Inline, auth.AuthenticationMiddleware):
+    pass
+
+
+class SessionMiddleware(_Inline, sessions.SessionMiddleware):
+    async def _aprocess_response(  # type: ignore[override]
+        self, request: HttpRequest, response: HttpResponse
+    ) -> HttpResponseBase:
+        session = getattr(request, "session", None)
+        if session is not None and session.accessed:  # it may save: a database write
+            return await sync_to_async(self.process_response, thread_sensitive=True)(
+                request, response
+            )
+        return self.process_response(request, response)
+
+
+class CsrfViewMiddleware(_Inline, csrf.CsrfViewMiddleware):
+    def __init__(self, get_response: Callable[[HttpRequest], Any]) -> None:
+        super().__init__(get_response)
+        if self.async_mode:
+            sync_view_hook = self.process_view
+
+            async def process_view(
+                request: HttpRequest,
+                callback: Callable[..., Any],
+                callback_args: tuple[Any, ...],
+                callback_kwargs: dict[str, Any],
+            ) -> HttpResponseBase | None:
+                return sync_view_hook(request, callback, callback_args, callback_kwargs)
+
+            self.process_view = markcoroutinefunction(process_view)  # type: ignore[method-assign,assignment]
+
+
+#: Django's dotted path → the inline subclass loaded in its place under ASGI.
+INLINE: dict[str, type] = {
+    "django.middleware.security.SecurityMiddleware": SecurityMiddleware,
+    "django.contrib.sessions.middleware.SessionMiddleware": SessionMiddleware,
+    "django.middleware.common.CommonMiddleware": CommonMiddleware,
+    "django.middleware.csrf.CsrfViewMiddleware": CsrfViewMiddleware,
+    "django.contrib.auth.middleware.AuthenticationMiddleware": AuthenticationMiddleware,
+    "django.contrib.messages.middleware.MessageMiddleware": MessageMiddleware,
+    "django.middleware.clickjacking.XFrameOptionsMiddleware": XFrameOptionsMiddleware,
+}

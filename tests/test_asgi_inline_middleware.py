@@ -1,0 +1,67 @@
+"""The demo project's ASGI application loads Django's stock middleware as
+llm_routing.inline_middleware's subclasses: their hooks run on the event loop, not in
+a thread hop each, and they still do their job (headers, CSRF, sessions)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from typing import Any
+
+import asgiref.sync
+import httpx
+import pytest
+
+from llm_routing.asgi import InlineMiddlewareASGIHandler
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _requests(handler: Any, *calls: tuple[str, str]) -> tuple[list[httpx.Response], Counter]:
+    hops: Counter[str] = Counter()
+    original = asgiref.sync.SyncToAsync.__call__
+
+    async def counted(self: Any, *args: Any, **kwargs: Any) -> Any:
+        hops[getattr(self.func, "__qualname__", repr(self.func))] += 1
+        return await original(self, *args, **kwargs)
+
+    async def run() -> list[httpx.Response]:
+        transport = httpx.ASGITransport(app=handler)
+        async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as c:
+            return [await c.request(method, path) for method, path in calls]
+
+    asgiref.sync.SyncToAsync.__call__ = counted  # type: ignore[method-assign]
+    try:
+        return asyncio.run(run()), hops
+    finally:
+        asgiref.sync.SyncToAsync.__call__ = original  # type: ignore[method-assign]
+
+
+def test_no_middleware_hook_hops_to_a_thread_and_headers_are_still_set() -> None:
+    # A request that never touches the session (as an API call with a token).
+    (response,), hops = _requests(InlineMiddlewareASGIHandler(), ("GET", "/no-such-page/"))
+    assert response.status_code == 404
+    # What Django's SecurityMiddleware and XFrameOptionsMiddleware add, still added.
+    assert response.headers["x-content-type-options"] == "nosniff"
+    assert response.headers["x-frame-options"] == "DENY"
+    assert not [name for name in hops if "process_re" in name]
+
+
+def test_djangos_own_handler_hops_for_every_hook() -> None:
+    """The control: the stock ASGI handler hops per hook (what the subclasses remove)."""
+    from django.core.handlers.asgi import ASGIHandler
+
+    (response,), hops = _requests(ASGIHandler(), ("GET", "/no-such-page/"))
+    assert response.status_code == 404
+    assert sum(n for name, n in hops.items() if "process_re" in name) >= 7
+
+
+def test_an_admin_page_that_reads_the_session_still_works() -> None:
+    """The login page sets a CSRF cookie and a redirect reads the session: the session
+    save runs in the thread, as Django's, never on the loop (it would raise there)."""
+    responses, _ = _requests(
+        InlineMiddlewareASGIHandler(), ("GET", "/admin/login/"), ("GET", "/admin/")
+    )
+    login, admin = responses
+    assert login.status_code == 200 and "csrftoken" in login.headers.get("set-cookie", "")
+    assert admin.status_code == 302 and "/admin/login/" in admin.headers["location"]
