@@ -700,3 +700,44 @@ def test_an_http_subclass_overriding_sync_complete_keeps_it(
         assert result.output.startswith("custom ")
     finally:
         adapter.close()
+
+
+def test_a_large_async_pool_is_split_into_shards_holding_the_limits() -> None:
+    """httpcore scans a whole pool per request: the async pool is cut into shards of
+    POOL_SHARD_SIZE connections that together hold the configured limits."""
+    from llm_routing.providers.base import POOL_SHARD_SIZE, ShardedAsyncTransport
+
+    transport = ShardedAsyncTransport.from_limits(
+        httpx.Limits(max_connections=1000, max_keepalive_connections=100)
+    )
+    pools = [shard._pool for shard in transport.shards]
+    assert len(pools) == 1000 // POOL_SHARD_SIZE + 1  # 32 shards of at most 32
+    assert all(p._max_connections <= POOL_SHARD_SIZE for p in pools)
+    assert sum(p._max_connections for p in pools) >= 1000
+    assert sum(p._max_keepalive_connections for p in pools) >= 100
+    one = ShardedAsyncTransport.from_limits(httpx.Limits(max_connections=1))
+    assert len(one.shards) == 1 and one.shards[0]._pool._max_connections == 1
+
+
+@override_settings(LLM_ROUTING={"HTTP_MAX_CONNECTIONS": 64, "HTTP_MAX_KEEPALIVE": 64})
+def test_concurrent_calls_are_spread_over_the_shards(
+    make_adapter: MakeAdapter, fake_upstream: FakeUpstream
+) -> None:
+    adapter = make_adapter("openai")
+    assert isinstance(adapter, HttpProvider)
+
+    async def go() -> tuple[list[ProviderResult], list[int]]:
+        results = await asyncio.gather(
+            *[adapter.acomplete(REQUEST, api_key=KEY, timeout=5.0) for _ in range(40)]
+        )
+        transport = adapter.aclient._transport
+        assert isinstance(transport, ShardedAsyncTransport)
+        opened = [len(shard._pool.connections) for shard in transport.shards]
+        await adapter.aclose()
+        return results, opened
+
+    from llm_routing.providers.base import ShardedAsyncTransport
+
+    results, opened = run_async(go())
+    assert all(r.ok for r in results) and len(fake_upstream.requests) == 40
+    assert len(opened) == 2 and all(n > 0 for n in opened)  # both shards carried calls

@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 import logging
+import math
 import os
 import threading
 import time
@@ -274,9 +276,7 @@ class HttpProvider(BaseProvider):
         return httpx.Client(**self.client_options(), transport=transport)
 
     def _build_async_client(self) -> httpx.AsyncClient:
-        transport = self._async_transport or httpx.AsyncHTTPTransport(
-            retries=0, limits=pool_limits()
-        )
+        transport = self._async_transport or ShardedAsyncTransport.from_limits(pool_limits())
         return httpx.AsyncClient(**self.client_options(), transport=transport)
 
     def _take_clients(
@@ -899,6 +899,49 @@ def pool_limits() -> httpx.Limits:
         max_connections=int(routing_settings.HTTP_MAX_CONNECTIONS),
         max_keepalive_connections=int(routing_settings.HTTP_MAX_KEEPALIVE),
     )
+
+
+#: Connections per shard of an async pool (:class:`ShardedAsyncTransport`).
+POOL_SHARD_SIZE = 32
+
+
+class ShardedAsyncTransport(httpx.AsyncBaseTransport):
+    """Several httpcore connection pools behind one transport, taken in turn.
+
+    httpcore assigns a request to a connection by scanning every connection of its pool
+    (and polls each idle one's socket): its cost per request grows with the pool, so a
+    pool of a thousand connections spends more time scanning than sending. Shards of
+    :data:`POOL_SHARD_SIZE` connections keep each scan short; together they hold the
+    configured limits (``HTTP_MAX_CONNECTIONS`` / ``HTTP_MAX_KEEPALIVE``). Measured in
+    docs/benchmarks.md ("Async upstream pool")."""
+
+    def __init__(self, shards: list[httpx.AsyncHTTPTransport]) -> None:
+        self._shards = shards
+        self._turn = itertools.count()
+
+    @classmethod
+    def from_limits(cls, limits: httpx.Limits) -> ShardedAsyncTransport:
+        total = int(limits.max_connections or 1)
+        count = max(1, math.ceil(total / POOL_SHARD_SIZE))
+        keepalive = int(limits.max_keepalive_connections or 0)
+        shard_limits = httpx.Limits(
+            max_connections=math.ceil(total / count),
+            max_keepalive_connections=math.ceil(keepalive / count),
+            keepalive_expiry=limits.keepalive_expiry,
+        )
+        return cls([httpx.AsyncHTTPTransport(retries=0, limits=shard_limits) for _ in range(count)])
+
+    @property
+    def shards(self) -> tuple[httpx.AsyncHTTPTransport, ...]:
+        return tuple(self._shards)
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        shard = self._shards[next(self._turn) % len(self._shards)]
+        return await shard.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        for shard in self._shards:
+            await shard.aclose()
 
 
 def _overridden(provider: HttpProvider, *names: str) -> bool:
