@@ -19,9 +19,13 @@ through :func:`routing_cache` instead:
 
 from __future__ import annotations
 
+import asyncio
 import threading
+import weakref
+from collections.abc import Iterable
 from typing import Any
 
+import redis.asyncio
 from django.conf import settings
 from django.core.cache import BaseCache, caches
 from django.core.cache.backends.locmem import LocMemCache
@@ -32,7 +36,7 @@ from django.dispatch import receiver
 
 from .conf import routing_settings
 
-__all__ = ["RedisCache", "raw_redis", "routing_cache"]
+__all__ = ["AsyncRedis", "RedisCache", "async_redis", "raw_redis", "routing_cache"]
 
 _DJANGO_REDIS = "django.core.cache.backends.redis.RedisCache"
 
@@ -115,3 +119,88 @@ def _reset(*, setting: str, **kwargs: Any) -> None:
         with _lock:
             _shared.clear()
             _per_thread.clear()
+            _async.clear()
+
+
+class AsyncRedis:
+    """The routing cache's Redis for code on the event loop: a ``redis.asyncio`` client
+    per event loop (an asyncio connection belongs to its loop), with the cache's own
+    keys (prefix, version) and serializer, so values are shared with the sync path.
+    Django's async cache methods would instead queue every call on one thread
+    (``sync_to_async(thread_sensitive=True)``)."""
+
+    def __init__(self, cache: DjangoRedisCache) -> None:
+        self._cache = cache
+        client = cache._cache  # the backend's RedisCacheClient (one per cache object)
+        self._url: str = client._servers[0]  # type: ignore[attr-defined]
+        self._serializer = client._serializer  # type: ignore[attr-defined]
+        self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._lock = threading.Lock()
+
+    def _client(self) -> Any:
+        loop = asyncio.get_running_loop()
+        client = self._clients.get(loop)
+        if client is None:
+            with self._lock:
+                client = self._clients.get(loop)
+                if client is None:
+                    client = self._clients[loop] = redis.asyncio.Redis.from_url(self._url)
+        return client
+
+    def _key(self, key: str) -> str:
+        return self._cache.make_and_validate_key(key)
+
+    async def get(self, key: str, default: Any = None) -> Any:
+        raw = await self._client().get(self._key(key))
+        return default if raw is None else self._serializer.loads(raw)
+
+    async def get_many(self, keys: Iterable[str]) -> dict[str, Any]:
+        keys = list(keys)
+        if not keys:
+            return {}
+        raws = await self._client().mget([self._key(k) for k in keys])
+        return {
+            k: self._serializer.loads(v) for k, v in zip(keys, raws, strict=True) if v is not None
+        }
+
+    async def set(self, key: str, value: Any, timeout: float | None) -> None:
+        ttl = self._cache.get_backend_timeout(timeout)
+        if ttl == 0:
+            await self._client().delete(self._key(key))
+            return
+        await self._client().set(self._key(key), self._serializer.dumps(value), ex=ttl)
+
+    async def add(self, key: str, value: Any, timeout: float | None) -> bool:
+        ttl = self._cache.get_backend_timeout(timeout)
+        client = self._client()
+        if ttl == 0:  # as Django's: added and gone at once
+            if added := bool(
+                await client.set(self._key(key), self._serializer.dumps(value), nx=True)
+            ):
+                await client.delete(self._key(key))
+            return added
+        return bool(
+            await client.set(self._key(key), self._serializer.dumps(value), ex=ttl, nx=True)
+        )
+
+    async def delete(self, key: str) -> bool:
+        return bool(await self._client().delete(self._key(key)))
+
+
+_async: dict[int, AsyncRedis] = {}
+
+
+def async_redis(cache: BaseCache) -> AsyncRedis | None:
+    """The :class:`AsyncRedis` of ``cache`` (one per cache object), or None when it is
+    not Django's Redis backend."""
+    if not isinstance(cache, DjangoRedisCache):
+        return None
+    found = _async.get(id(cache))
+    if found is None or found._cache is not cache:
+        with _lock:
+            found = _async.get(id(cache))
+            if found is None or found._cache is not cache:
+                found = _async[id(cache)] = AsyncRedis(cache)
+    return found

@@ -48,8 +48,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from django.core.cache.backends.locmem import LocMemCache
 from django.core.exceptions import ImproperlyConfigured
 
-from ..cache import RedisCache as SharedRedisCache
-from ..cache import routing_cache
+from ..cache import async_redis, routing_cache
 from ..conf import routing_settings
 from ..effects import Context, Effect
 from ..types import ErrorInfo, ProviderConfig, ProviderResult
@@ -466,11 +465,12 @@ class CircuitStore:
         if time.monotonic() >= self._retry_at:
             try:
                 cache = routing_cache()
-                if isinstance(cache, LocMemCache | SharedRedisCache):
-                    # Process memory, or one loopback round trip on the process's
-                    # shared Redis client (Django's own async Redis methods are
-                    # sync_to_async wrappers that queue every call on one thread).
+                if isinstance(cache, LocMemCache):  # process memory: inline
                     result = getattr(cache, method)(*args)
+                elif (aredis := async_redis(cache)) is not None:
+                    # redis.asyncio on this loop (Django's own async Redis methods are
+                    # sync_to_async wrappers that queue every call on one thread).
+                    result = await getattr(aredis, method)(*args)
                 else:
                     result = await getattr(cache, "a" + method)(*args)
             except Exception as exc:

@@ -1,0 +1,67 @@
+"""The routing cache's async Redis path (redis.asyncio, llm_routing.cache.AsyncRedis)
+on the real Redis: the same keys and values as the sync path, Django's add/set/delete
+semantics, and the breaker's async calls sharing circuit state with its sync calls."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import pytest
+
+from llm_routing.cache import async_redis, routing_cache
+from llm_routing.resilience import breaker
+from llm_routing.types import ErrorInfo, ProviderConfig, ProviderResult
+
+pytestmark = pytest.mark.services
+
+
+def test_async_redis_shares_keys_and_values_with_the_sync_cache() -> None:
+    cache = routing_cache()
+    aredis = async_redis(cache)
+    assert aredis is not None, "the services suite runs the routing cache on Redis"
+    key = f"llmr-async-{uuid.uuid4().hex}"
+
+    async def go() -> tuple[object, ...]:
+        await aredis.set(key, {"state": "open", "n": 3}, 30)
+        first_add = await aredis.add(key + ":probe", "token-a", 30)
+        second_add = await aredis.add(key + ":probe", "token-b", 30)
+        many = await aredis.get_many([key, key + ":probe", key + ":none"])
+        deleted = await aredis.delete(key + ":probe")
+        return first_add, second_add, many, deleted, await aredis.get(key + ":probe")
+
+    first_add, second_add, many, deleted, gone = asyncio.run(go())
+    assert (first_add, second_add, deleted, gone) == (True, False, True, None)
+    assert many == {key: {"state": "open", "n": 3}, key + ":probe": "token-a"}
+    assert cache.get(key) == {"state": "open", "n": 3}  # written async, read sync
+    cache.set(key, 7, 30)
+    assert asyncio.run(aredis.get(key)) == 7  # written sync (an int), read async
+    cache.delete(key)
+
+
+def test_the_breakers_async_path_sees_what_the_sync_path_wrote() -> None:
+    config = ProviderConfig(
+        name=f"p{uuid.uuid4().hex[:8]}", kind="openai_compatible", model="m", timeout_s=5.0
+    )
+    failed = ProviderResult(
+        provider=config.name,
+        model=config.model,
+        mode="error",
+        status="error",
+        error=ErrorInfo(category="server", message="503", http_status=503, transient=True),
+        upstream_requests=1,
+    )
+    assert asyncio.run(breaker.aallow(config))
+    for _ in range(int(breaker.Policy.from_settings().threshold)):
+        breaker.observe(config, failed)  # the sync path opens the circuit
+    assert not asyncio.run(breaker.aallow(config))  # the async path reads it open
+    breaker.store.reset(config.name, config.model)
+    assert breaker.allow(config)
+
+    async def fail_async() -> None:
+        for _ in range(int(breaker.Policy.from_settings().threshold)):
+            await breaker.aobserve(config, failed)
+
+    asyncio.run(fail_async())
+    assert not breaker.allow(config)  # written by the async path, read by the sync one
+    breaker.store.reset(config.name, config.model)
