@@ -50,6 +50,7 @@ CORE_TESTS = [
     "tests/test_core_behaviour.py",
     "tests/test_core_retry.py",
     "tests/test_core_properties.py",
+    "tests/test_core_walk.py",
 ]
 #: Core module -> (its file, the test files that exercise it).
 MODULES: dict[str, tuple[str, list[str]]] = {
@@ -77,6 +78,7 @@ MODULES: dict[str, tuple[str, list[str]]] = {
             "tests/test_router_stream.py",
             "tests/test_router_upstream.py",
             "tests/test_breaker_router.py",
+            "tests/test_explain.py",  # explain() is in router.py
         ],
     ),
 }
