@@ -3,7 +3,7 @@
 
     .venv/bin/nox -s mutation                              # every core module
     .venv/bin/nox -s mutation -- router breaker            # some modules
-    .venv/bin/python tools/mutation.py --changed-since main --check   # the CI floor
+    .venv/bin/python tools/mutation.py --changed-since main --whole budget --check  # CI
 
 Each module runs in its own scratch copy of the project (``.mutation/<module>/``) whose
 ``[tool.mutmut]`` section names only that module and only the test files that exercise
@@ -12,8 +12,11 @@ for each of its mutants.
 
 ``--changed-since REF`` mutates only the functions (and methods) of each core module
 whose code differs from the merge base with REF — a module new since then is mutated
-whole, a module without changed functions is not run. ``--check`` fails (exit 1) when a
-score falls below the module's floor in ``tools/mutation_floors.json``;
+whole, a module without changed functions is not run; an unknown REF is an error.
+``--whole MODULE`` (repeatable) mutates that module whole even with ``--changed-since``
+(the CI floor's fixed sample, so a run on an unchanged main still checks something).
+``--check`` fails (exit 1) when a score falls below the module's floor in
+``tools/mutation_floors.json``;
 ``--write-floors`` records the measured scores there. ``--time-budget`` stops the run
 after that many seconds and scores the mutants checked so far (reported as partial).
 
@@ -318,18 +321,27 @@ def main(argv: list[str] | None = None) -> int:
         help="keep the last run's results: rerun only survivors and unchecked mutants "
         "(valid when tests were only added since)",
     )
+    parser.add_argument(
+        "--whole",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="mutate this module whole even with --changed-since; repeatable",
+    )
     args = parser.parse_args(argv)
-    unknown = sorted(set(args.modules) - set(MODULES))
+    unknown = sorted((set(args.modules) | set(args.whole)) - set(MODULES))
     if unknown:
         parser.error(f"unknown module(s) {', '.join(unknown)}; choose from {', '.join(MODULES)}")
 
+    if args.changed_since and _git("rev-parse", "--verify", "-q", args.changed_since).returncode:
+        parser.error(f"--changed-since {args.changed_since}: no such commit in this clone")
     deadline = time.monotonic() + args.time_budget if args.time_budget else None
     floors: dict[str, float] = json.loads(FLOORS.read_text()) if FLOORS.exists() else {}
     results: list[Score] = []
     failed: list[str] = []
     for name in args.modules or list(MODULES):
         functions = args.function or None
-        if args.changed_since:
+        if args.changed_since and name not in args.whole:
             functions = changed_functions(MODULES[name][0], args.changed_since)
             if functions == []:
                 print(f"== mutation: {MODULES[name][0]}: unchanged since {args.changed_since} ==")
