@@ -9,22 +9,25 @@ the rows the recorder writes, so these tests hold across a rewrite of the walk.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 from dataclasses import replace
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 from django.test import override_settings
 
 from llm_routing.errors import REDACTED, NetworkError, ProviderTimeoutError, UnavailableError
 from llm_routing.models import Attempt, Provider, RoutingDecision
+from llm_routing.providers import registry
 from llm_routing.resilience import breaker
-from llm_routing.router import route, route_stream
+from llm_routing.router import explain, route, route_stream
 from llm_routing.types import (
     AuditRequest,
     Principal,
     ProviderConfig,
     StreamChunk,
     StreamEnd,
+    StreamEvent,
     StreamFailure,
     StreamResult,
     StreamToolCallDelta,
@@ -543,3 +546,113 @@ def test_each_candidate_sends_at_most_its_output_ceiling(
     with override_settings(LLM_ROUTING={"MAX_OUTPUT_TOKENS": setting}):
         route(replace(REQUEST, max_tokens=asked), sleeper=Sleeps())
     assert [(name, r.max_tokens) for name, r in chain.requests] == [("a", sent)]
+
+
+@pytest.mark.django_db
+def test_a_structured_stream_that_breaks_its_schema_has_no_parsed_answer(
+    scripted: type[ScriptedProvider], key_env: str
+) -> None:
+    s = make_provider("s", supports_streaming=True, supports_structured_output=True)
+    make_chain("main", [s], is_default=True)
+    scripted.streams["s"] = [['{"answer": ', '"forty-two"}', "END"]]
+    schema = {"type": "object", "properties": {"answer": {"type": "integer"}}}
+    _chunks, last = stream(replace(REQUEST, response_schema=schema))
+    assert isinstance(last, StreamResult)
+    assert last.routed.result.output == '{"answer": "forty-two"}'
+    assert last.routed.result.data is None
+
+
+@pytest.mark.django_db
+def test_forcing_an_unknown_provider_for_a_stream_is_unknown_provider(
+    chain: type[ScriptedProvider],
+) -> None:
+    _chunks, last = stream(replace(REQUEST, force_provider="ghost"))
+    assert isinstance(last, StreamResult)
+    assert last.routed.result.error is not None
+    assert last.routed.result.error.category == "unknown_provider"
+
+
+class TimedProvider(ScriptedProvider):
+    """Records the timeout each stream is opened with."""
+
+    kind: ClassVar[str] = "scripted_timed"
+    timeouts: ClassVar[list[float | None]] = []
+
+    def stream(
+        self, request: AuditRequest, *, api_key: str | None, timeout: float
+    ) -> Iterator[StreamEvent]:
+        type(self).timeouts.append(timeout)
+        return super().stream(request, api_key=api_key, timeout=timeout)
+
+
+@pytest.mark.django_db
+def test_a_stream_is_opened_with_the_providers_timeout(
+    scripted: type[ScriptedProvider], key_env: str
+) -> None:
+    registry.register("scripted_timed", TimedProvider)
+    TimedProvider.timeouts = []
+    t = make_provider("t", kind="scripted_timed", supports_streaming=True, timeout_s=7.0)
+    make_chain("main", [t], is_default=True)
+    _chunks, last = stream(REQUEST)
+    assert isinstance(last, StreamResult) and last.routed.result.provider == "t"
+    assert TimedProvider.timeouts == [7.0]
+
+
+# --- explain: what route would do, per candidate ------------------------------------------
+
+
+@pytest.mark.django_db
+def test_explain_lists_every_candidate_with_its_model_and_no_probe(
+    chain: type[ScriptedProvider],
+) -> None:
+    make_provider("odd", kind="no_such_kind", enabled=False)
+    seen = explain(replace(REQUEST, provider="ghost"))
+    rows = [
+        (c.position, c.provider, c.model, c.verdict, c.reason, c.probe, c.backstop)
+        for c in seen.candidates
+    ]
+    assert rows == [
+        (0, "ghost", "", "skip", "unknown_provider", False, False),
+        (1, "a", "a-model", "try", None, False, False),
+        (2, "b", "b-model", "try", None, False, False),
+        (3, "mock", "mock-1", "try", None, False, True),
+    ]
+
+
+@pytest.mark.django_db
+def test_explain_without_backstop_marks_no_candidate_as_the_backstop(
+    chain: type[ScriptedProvider],
+) -> None:
+    seen = explain(NO_BACKSTOP)
+    assert [(c.provider, c.backstop) for c in seen.candidates] == [("a", False), ("b", False)]
+
+
+@pytest.mark.django_db
+def test_explain_names_a_missing_capability_only_for_an_unsupported_skip(
+    chain: type[ScriptedProvider],
+) -> None:
+    # "off" lacks streaming too, but it is skipped as disabled first
+    make_provider("off2", enabled=False, supports_streaming=False)
+    seen = explain(replace(REQUEST, provider="off2", stream=True))
+    first = seen.candidates[0]
+    assert (first.provider, first.reason, first.missing_capability) == ("off2", "disabled", None)
+
+
+@pytest.mark.django_db
+def test_explain_of_a_row_no_adapter_serves(chain: type[ScriptedProvider]) -> None:
+    make_provider("odd", kind="no_such_kind", enabled=False, model="odd-model")
+    chained = explain(replace(REQUEST, provider="odd"))
+    first = chained.candidates[0]
+    assert (first.position, first.provider, first.model, first.verdict, first.reason) == (
+        0,
+        "odd",
+        "odd-model",
+        "skip",
+        "disabled",
+    )
+    forced = explain(replace(REQUEST, force_provider="odd")).candidates[0]
+    assert (forced.model, forced.verdict, forced.reason) == (
+        "odd-model",
+        "skip",
+        "unknown_provider",
+    )
