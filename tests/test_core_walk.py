@@ -19,12 +19,14 @@ from django.test import override_settings
 from llm_routing.errors import REDACTED, NetworkError, ProviderTimeoutError, UnavailableError
 from llm_routing.models import Attempt, Provider, RoutingDecision
 from llm_routing.providers import registry
+from llm_routing.providers.mock import MockProvider
 from llm_routing.resilience import breaker
 from llm_routing.router import explain, route, route_stream
 from llm_routing.types import (
     AuditRequest,
     Principal,
     ProviderConfig,
+    ProviderResult,
     StreamChunk,
     StreamEnd,
     StreamEvent,
@@ -421,8 +423,6 @@ def test_the_last_real_candidate_serving_after_a_failure_is_an_ordinary_fallback
 def test_a_failed_result_without_error_details_fails_over_as_a_response_error(
     chain: type[ScriptedProvider],
 ) -> None:
-    from llm_routing.types import ProviderResult
-
     chain.scripts["a"] = [ProviderResult(provider="a", model="", mode="error", status="error")]
     routed = route(REQUEST, sleeper=Sleeps())
     assert routed.result.provider == "b" and routed.result.ok
@@ -656,3 +656,34 @@ def test_explain_of_a_row_no_adapter_serves(chain: type[ScriptedProvider]) -> No
         "skip",
         "unknown_provider",
     )
+
+
+class FailingMock(MockProvider):
+    """A "mock" kind override (``PROVIDER_KINDS``) that cannot answer."""
+
+    def complete(
+        self, request: AuditRequest, *, api_key: str | None, timeout: float
+    ) -> ProviderResult:
+        raise UnavailableError("the house mock is down", http_status=503)
+
+
+@pytest.mark.django_db
+def test_a_backstop_that_fails_too_ends_the_walk_with_a_response_error(
+    chain: type[ScriptedProvider],
+) -> None:
+    chain.scripts["a"] = [UnavailableError(http_status=503)]
+    chain.scripts["b"] = [UnavailableError(http_status=503)]
+    kinds = {"PROVIDER_KINDS": {"mock": f"{__name__}.FailingMock"}}
+    with override_settings(LLM_ROUTING=kinds):
+        registry.clear_adapter_cache()
+        routed = route(REQUEST, sleeper=Sleeps())
+    registry.clear_adapter_cache()
+    result = routed.result
+    assert (result.provider, result.model, result.status) == ("mock", "mock-1", "error")
+    assert result.error is not None
+    assert (result.error.category, result.error.message) == (
+        "response",
+        "Every candidate failed, the mock backstop included.",
+    )
+    assert routed.metadata.fallback_reason == "chain_exhausted"
+    assert [a.provider for a in routed.metadata.attempts] == ["a", "b", "mock"]
