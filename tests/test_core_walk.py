@@ -9,6 +9,7 @@ the rows the recorder writes, so these tests hold across a rewrite of the walk.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any, ClassVar
@@ -16,12 +17,18 @@ from typing import Any, ClassVar
 import pytest
 from django.test import override_settings
 
-from llm_routing.errors import REDACTED, NetworkError, ProviderTimeoutError, UnavailableError
-from llm_routing.models import Attempt, Provider, RoutingDecision
+from llm_routing.errors import (
+    REDACTED,
+    NetworkError,
+    ProviderTimeoutError,
+    RateLimitError,
+    UnavailableError,
+)
+from llm_routing.models import Attempt, Chain, Provider, RoutingDecision, RoutingRule
 from llm_routing.providers import registry
 from llm_routing.providers.mock import MockProvider
 from llm_routing.resilience import breaker
-from llm_routing.router import explain, route, route_stream
+from llm_routing.router import explain, resolve, route, route_stream
 from llm_routing.types import (
     AuditRequest,
     Principal,
@@ -687,3 +694,135 @@ def test_a_backstop_that_fails_too_ends_the_walk_with_a_response_error(
     )
     assert routed.metadata.fallback_reason == "chain_exhausted"
     assert [a.provider for a in routed.metadata.attempts] == ["a", "b", "mock"]
+
+
+# --- resolve: which chain, which mode, which backstop ------------------------------------
+
+
+@pytest.mark.django_db
+def test_a_plan_without_any_chain_names_none(scripted: type[ScriptedProvider]) -> None:
+    plan = resolve(REQUEST)
+    assert (plan.chain_name, plan.rule, plan.stream_mode, plan.backstop) == (
+        None,
+        None,
+        "direct",
+        True,
+    )
+    assert resolve(NO_BACKSTOP).backstop is False
+
+
+@pytest.mark.django_db
+def test_settings_chains_route_under_each_providers_own_model(
+    chain: type[ScriptedProvider],
+) -> None:
+    Chain.objects.all().delete()
+    settings = {"DEFAULT_CHAIN": ["b"], "ROUTES": {"gold": ["a"]}}
+    with override_settings(LLM_ROUTING=settings):
+        plan = resolve(replace(REQUEST, route="gold"))
+        assert (plan.chain_name, plan.stream_mode, plan.names) == (
+            "route:gold",
+            "direct",
+            ("a", "mock"),
+        )
+        by_route = route(replace(REQUEST, route="gold"), sleeper=Sleeps())
+        by_default = route(REQUEST, sleeper=Sleeps())
+    assert (by_route.result.provider, by_route.result.model) == ("a", "a-model")
+    assert by_route.metadata.route == "gold"
+    assert (by_default.result.provider, by_default.result.model) == ("b", "b-model")
+    assert by_default.metadata.chain_name == "settings"
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("how", ["named", "rule", "default"])
+def test_a_chains_own_backstop_and_stream_mode_apply_however_it_was_chosen(
+    scripted: type[ScriptedProvider], key_env: str, how: str
+) -> None:
+    a = make_provider("a")
+    chosen = make_chain("alt", [a], is_default=how == "default")
+    Chain.objects.filter(pk=chosen.pk).update(mock_backstop=True, stream_mode="atomic")
+    if how == "rule":
+        RoutingRule.objects.create(name="r", route="gold", chain=chosen)
+    request = replace(NO_BACKSTOP, chain="alt" if how == "named" else None, route="gold")
+    plan = resolve(request)
+    assert (plan.chain_name, plan.backstop, plan.stream_mode) == ("alt", True, "atomic")
+    assert plan.names == ("a", "mock")
+
+
+@pytest.mark.django_db
+def test_a_forced_plan_names_the_forced_provider_as_requested(
+    chain: type[ScriptedProvider],
+) -> None:
+    routed = route(replace(REQUEST, force_provider="b"), sleeper=Sleeps())
+    assert routed.metadata.requested_provider == "b"
+    seen = explain(replace(REQUEST, force_provider="b"))
+    assert [(c.provider, c.model) for c in seen.candidates] == [("b", "b-model")]
+
+
+@pytest.mark.django_db
+def test_asking_for_the_mock_is_explicit_and_answers_with_the_mock_model(
+    chain: type[ScriptedProvider],
+) -> None:
+    routed = route(replace(REQUEST, provider="mock"), sleeper=Sleeps())
+    assert routed.metadata.router_mode == "explicit"
+    assert routed.metadata.chain == ("mock",)
+    assert (routed.result.provider, routed.result.model) == ("mock", "mock-1")
+
+
+@pytest.mark.django_db
+def test_an_explicit_provider_outside_the_callers_chains_is_not_allowed(
+    chain: type[ScriptedProvider],
+) -> None:
+    make_provider("c")  # in no chain
+    routed = route(replace(REQUEST, provider="c", principal=Principal(user_id=1)), sleeper=Sleeps())
+    first = routed.metadata.attempts[0]
+    assert (first.provider, first.reason) == ("c", "not_allowed")
+    assert routed.result.provider == "a"
+
+
+@pytest.mark.django_db
+def test_a_mock_mode_row_of_any_kind_is_served_by_the_mock_and_an_unknown_kind_is_skipped(
+    chain: type[ScriptedProvider], caplog: pytest.LogCaptureFixture
+) -> None:
+    make_provider("offline", kind="no_such_kind", mode="mock")
+    make_provider("odd", kind="no_such_kind")
+    caplog.set_level(logging.ERROR, logger="llm_routing.router")
+    served = route(replace(REQUEST, provider="offline"), sleeper=Sleeps())
+    assert (served.result.provider, served.result.mode) == ("offline", "mock")
+    skipped = route(replace(REQUEST, provider="odd"), sleeper=Sleeps())
+    assert skipped.metadata.attempts[0].reason == "unknown_provider"
+    assert caplog.records == []  # an unknown kind is a skip, not an adapter error
+
+
+@pytest.mark.django_db
+def test_an_adapter_that_cannot_be_built_is_skipped_and_logged(
+    chain: type[ScriptedProvider], caplog: pytest.LogCaptureFixture
+) -> None:
+    make_provider("broken", kind="broken_kind")
+    caplog.set_level(logging.ERROR, logger="llm_routing.router")
+    with override_settings(LLM_ROUTING={"PROVIDER_KINDS": {"broken_kind": "no.such.Adapter"}}):
+        routed = route(replace(REQUEST, provider="broken"), sleeper=Sleeps())
+    assert routed.metadata.attempts[0].reason == "unknown_provider"
+    assert routed.result.provider == "a"
+    assert [r.getMessage() for r in caplog.records] == ["Cannot build adapter for provider broken"]
+
+
+# --- finish: what the routed result and the log line report --------------------------------
+
+
+@pytest.mark.django_db
+def test_the_routed_result_reports_its_request_route_and_total_latency(
+    chain: type[ScriptedProvider], caplog: pytest.LogCaptureFixture
+) -> None:
+    Provider.objects.filter(name="a").update(max_retries=1)
+    chain.scripts["a"] = [RateLimitError(http_status=429, retry_after=0.2), "ok"]
+    caplog.set_level(logging.INFO, logger="llm_routing.router")
+    before = time.perf_counter()
+    routed = route(replace(REQUEST, route="gold"), request_id="req-1", sleeper=time.sleep)
+    elapsed_ms = (time.perf_counter() - before) * 1000
+    assert routed.request_id == routed.metadata.request_id == "req-1"
+    assert routed.metadata.route == "gold"
+    # It includes the real 0.2 s wait and no more than the call took.
+    assert 200.0 <= routed.total_latency_ms <= elapsed_ms
+    assert [r.getMessage() for r in caplog.records if r.name == "llm_routing.router"] == [
+        "routed request_id=req-1 task=summarize mode=default selected=a status=ok fallback=None"
+    ]
