@@ -29,6 +29,7 @@ from llm_routing.providers import registry
 from llm_routing.providers.mock import MockProvider
 from llm_routing.resilience import breaker
 from llm_routing.router import explain, resolve, route, route_stream
+from llm_routing.signals import after_provider_result, before_provider_call
 from llm_routing.types import (
     AuditRequest,
     Principal,
@@ -825,4 +826,60 @@ def test_the_routed_result_reports_its_request_route_and_total_latency(
     assert 200.0 <= routed.total_latency_ms <= elapsed_ms
     assert [r.getMessage() for r in caplog.records if r.name == "llm_routing.router"] == [
         "routed request_id=req-1 task=summarize mode=default selected=a status=ok fallback=None"
+    ]
+
+
+@pytest.mark.django_db
+def test_a_fallback_is_named_in_the_routed_log_line(
+    chain: type[ScriptedProvider], caplog: pytest.LogCaptureFixture
+) -> None:
+    chain.scripts["a"] = [UnavailableError(http_status=503)]
+    caplog.set_level(logging.INFO, logger="llm_routing.router")
+    route(REQUEST, request_id="req-2", sleeper=Sleeps())
+    assert [r.getMessage() for r in caplog.records if r.name == "llm_routing.router"] == [
+        "routed request_id=req-2 task=summarize mode=default selected=b status=ok "
+        "fallback=unavailable"
+    ]
+
+
+@pytest.mark.django_db
+def test_every_call_is_announced_before_and_after_with_its_arguments(
+    chain: type[ScriptedProvider],
+) -> None:
+    chain.scripts["a"] = [UnavailableError(http_status=503)]
+    heard: list[tuple[str, dict[str, Any]]] = []
+
+    def before(sender: Any, **kw: Any) -> None:
+        heard.append(("before", {k: v for k, v in kw.items() if k != "signal"}))
+
+    def after(sender: Any, **kw: Any) -> None:
+        result = kw["result"]
+        heard.append(
+            ("after", {"request_id": kw["request_id"], "provider": kw["provider"], "ok": result.ok})
+        )
+
+    before_provider_call.connect(before)
+    after_provider_result.connect(after)
+    try:
+        route(replace(REQUEST, task="translate"), request_id="rid-s", sleeper=Sleeps())
+    finally:
+        before_provider_call.disconnect(before)
+        after_provider_result.disconnect(after)
+    call_a = {"request_id": "rid-s", "provider": "a", "model": "a-model", "task": "translate"}
+    call_b = {"request_id": "rid-s", "provider": "b", "model": "b-model", "task": "translate"}
+    assert heard == [
+        ("before", call_a),
+        ("after", {"request_id": "rid-s", "provider": "a", "ok": False}),
+        ("before", call_b),
+        ("after", {"request_id": "rid-s", "provider": "b", "ok": True}),
+    ]
+
+
+@pytest.mark.django_db
+def test_explain_never_says_unknown_to_a_caller_who_may_not_force(
+    chain: type[ScriptedProvider],
+) -> None:
+    seen = explain(replace(REQUEST, force_provider="ghost", principal=Principal(user_id=1)))
+    assert [(c.provider, c.verdict, c.reason) for c in seen.candidates] == [
+        ("ghost", "skip", "not_allowed")
     ]
