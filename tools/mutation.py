@@ -21,7 +21,11 @@ whole, a module without changed functions is not run; an unknown REF is an error
 after that many seconds and scores the mutants checked so far (reported as partial).
 
 Score = (killed + timed out) / (checked - skipped), as mutmut computes it: a mutant that
-no selected test reaches counts as surviving. Results go to ``.mutation/results.json``
+no selected test reaches counts as surviving. The survivors judged equivalent (listed by
+name in ``tools/mutation_equivalent.txt``, each explained in docs/testing.md) are also
+reported as a second score without them, the one ``--check`` compares with the floor;
+the names hold while their function's code is unchanged (a changed function is
+re-mutated and its survivors must be judged again). Results go to ``.mutation/results.json``
 and each module's survivors to ``.mutation/<module>/survivors.txt``
 (``mutmut show <name>`` in that directory prints a survivor's diff).
 """
@@ -44,6 +48,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 WORK = ROOT / ".mutation"
 FLOORS = ROOT / "tools" / "mutation_floors.json"
+EQUIVALENT = ROOT / "tools" / "mutation_equivalent.txt"
 
 #: What the scratch copy holds (the test settings import the demo project).
 COPY = ("llm_routing", "tests", "project", "templates", "manage.py")
@@ -117,6 +122,8 @@ class Score:
     skipped: int
     score: float
     seconds: float
+    equivalent: int = 0  # survivors listed in tools/mutation_equivalent.txt
+    score_without_equivalent: float = 100.0
     functions: list[str] = field(default_factory=list)  # empty: the whole module
     partial: bool = False
 
@@ -288,16 +295,29 @@ def run_module(
         partial=len(checked) < len(exits),
     )
     survivors = sorted(k for k, v in checked.items() if v not in KILLED | TIMEOUT | SKIPPED)
+    known = _equivalent() & set(survivors)
+    score.equivalent = len(known)
+    rest = tested - len(known)
+    score.score_without_equivalent = round(100.0 * (killed + timeout) / rest, 1) if rest else 100.0
     (work / "survivors.txt").write_text("".join(s + "\n" for s in survivors))
     note = (
         f", stopped at the time budget: {len(checked)} of {len(exits)} checked" if stopped else ""
     )
     print(
         f"{path}: {score.score:.1f} % ({killed + timeout} of {tested} killed, "
-        f"{score.survived} survived, {no_tests} reached by no test) in {seconds:.0f} s{note}",
+        f"{score.survived} survived, {no_tests} reached by no test; "
+        f"{score.score_without_equivalent:.1f} % without the {len(known)} known equivalent) "
+        f"in {seconds:.0f} s{note}",
         flush=True,
     )
     return score
+
+
+def _equivalent() -> set[str]:
+    if not EQUIVALENT.exists():
+        return set()
+    lines = EQUIVALENT.read_text(encoding="utf-8").splitlines()
+    return {line.strip() for line in lines if line.strip() and not line.startswith("#")}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -359,12 +379,22 @@ def main(argv: list[str] | None = None) -> int:
         )
         results.append(score)
         floor = floors.get(name)
-        if args.check and floor is not None and score.score < floor:
-            failed.append(f"{score.path}: {score.score:.1f} % is below its floor {floor:.1f} %")
+        measured = score.score_without_equivalent
+        if args.check and floor is not None and measured < floor:
+            failed.append(
+                f"{score.path}: {measured:.1f} % (without the known equivalent mutants) "
+                f"is below its floor {floor:.1f} %"
+            )
     WORK.mkdir(exist_ok=True)
     (WORK / "results.json").write_text(json.dumps([asdict(r) for r in results], indent=2) + "\n")
     if args.write_floors:
-        floors.update({r.module: r.score for r in results if not r.functions and not r.partial})
+        floors.update(
+            {
+                r.module: r.score_without_equivalent
+                for r in results
+                if not (r.functions or r.partial)
+            }
+        )
         FLOORS.write_text(json.dumps(dict(sorted(floors.items())), indent=2) + "\n")
     for message in failed:
         print(f"MUTATION FLOOR: {message}", file=sys.stderr)
