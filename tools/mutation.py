@@ -23,9 +23,10 @@ after that many seconds and scores the mutants checked so far (reported as parti
 Score = (killed + timed out) / (checked - skipped), as mutmut computes it: a mutant that
 no selected test reaches counts as surviving. The survivors judged equivalent (listed by
 name in ``tools/mutation_equivalent.txt``, each explained in docs/testing.md) are also
-reported as a second score without them, the one ``--check`` compares with the floor;
-the names hold while their function's code is unchanged (a changed function is
-re-mutated and its survivors must be judged again). Results go to ``.mutation/results.json``
+reported as a second score without them, the one ``--check`` compares with the floor.
+Each name carries a digest of its function's code: when the function changes, its
+entries no longer apply (its survivors must be judged again; ``--list-equivalent``
+prints the lines for survivors of the last run). Results go to ``.mutation/results.json``
 and each module's survivors to ``.mutation/<module>/survivors.txt``
 (``mutmut show <name>`` in that directory prints a survivor's diff).
 """
@@ -35,6 +36,7 @@ from __future__ import annotations
 import argparse
 import ast
 import fnmatch
+import hashlib
 import json
 import os
 import shutil
@@ -76,7 +78,11 @@ MODULES: dict[str, tuple[str, list[str]]] = {
     ),
     "classify": (
         "llm_routing/providers/classify.py",
-        ["tests/test_providers_classify.py", "tests/test_providers_faults.py"],
+        [
+            "tests/test_providers_classify.py",
+            "tests/test_providers_faults.py",
+            "tests/test_core_classify.py",
+        ],
     ),
     # router.py holds the walk and the stream pump (_pump, _continue, _finish_stream).
     "router": (
@@ -295,7 +301,7 @@ def run_module(
         partial=len(checked) < len(exits),
     )
     survivors = sorted(k for k, v in checked.items() if v not in KILLED | TIMEOUT | SKIPPED)
-    known = _equivalent() & set(survivors)
+    known = _equivalent(path) & set(survivors)
     score.equivalent = len(known)
     rest = tested - len(known)
     score.score_without_equivalent = round(100.0 * (killed + timeout) / rest, 1) if rest else 100.0
@@ -313,11 +319,25 @@ def run_module(
     return score
 
 
-def _equivalent() -> set[str]:
+def function_digest(path: str, mutant: str) -> str | None:
+    """A short digest of the code of the function ``mutant`` belongs to (None: gone)."""
+    function = mutant.rsplit(".", 1)[-1].rsplit("__mutmut_", 1)[0]
+    code = function_names((ROOT / path).read_text(encoding="utf-8")).get(function)
+    return None if code is None else hashlib.sha256(code.encode()).hexdigest()[:12]
+
+
+def _equivalent(path: str) -> set[str]:
+    """The listed equivalent mutants of ``path`` whose function is unchanged."""
     if not EQUIVALENT.exists():
         return set()
-    lines = EQUIVALENT.read_text(encoding="utf-8").splitlines()
-    return {line.strip() for line in lines if line.strip() and not line.startswith("#")}
+    dotted = path.removesuffix(".py").replace("/", ".") + "."
+    out = set()
+    for line in EQUIVALENT.read_text(encoding="utf-8").splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[0].startswith(dotted):
+            if function_digest(path, parts[0]) == parts[1]:
+                out.add(parts[0])
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -348,7 +368,17 @@ def main(argv: list[str] | None = None) -> int:
         metavar="MODULE",
         help="mutate this module whole even with --changed-since; repeatable",
     )
+    parser.add_argument(
+        "--list-equivalent",
+        metavar="MODULE",
+        help="print the last run's survivors of MODULE as lines for mutation_equivalent.txt",
+    )
     args = parser.parse_args(argv)
+    if args.list_equivalent:
+        path = MODULES[args.list_equivalent][0]
+        for name in (WORK / args.list_equivalent / "survivors.txt").read_text().split():
+            print(name, function_digest(path, name))
+        return 0
     unknown = sorted((set(args.modules) | set(args.whole)) - set(MODULES))
     if unknown:
         parser.error(f"unknown module(s) {', '.join(unknown)}; choose from {', '.join(MODULES)}")
