@@ -116,3 +116,8 @@ def test_each_httpx_failure_names_its_type_only(
 ) -> None:
     mapped = from_httpx_exception(exc)
     assert (type(mapped), mapped.message) == (expected, message)
+
+
+def test_a_client_error_whose_message_says_the_key_is_wrong_is_an_authentication_error() -> None:
+    exc = classify_http_error(400, message="Incorrect API key provided: sk-...")
+    assert type(exc) is AuthenticationError
