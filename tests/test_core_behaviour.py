@@ -1008,3 +1008,58 @@ def test_a_permanent_error_is_a_fallback_only_after_an_earlier_candidate(
     assert routed.result.status == "error" and routed.result.provider == "a"
     assert routed.metadata.fallback_reason == reason
     assert routed.metadata.fallback_used is (reason is not None)
+
+
+# --- breaker.peek: what allow() would answer, read-only -------------------------------------
+
+
+def test_peek_reads_every_phase_without_claiming_the_probe(clock: FakeClock) -> None:
+    look = breaker.peek(CONFIG)
+    assert (look.tracked, look.phase, look.allowed, look.probe) == (True, CLOSED, True, False)
+    assert look.circuit == breaker.store.load("primary", "gpt-x")
+    for _ in range(3):
+        fail()
+    look = breaker.peek(CONFIG)
+    assert (look.tracked, look.phase, look.allowed, look.probe) == (True, OPEN, False, False)
+    assert look.circuit is not None and look.circuit.failures == 3
+    clock.advance(1.0)
+    look = breaker.peek(CONFIG)
+    assert (look.tracked, look.phase, look.allowed, look.probe) == (True, HALF_OPEN, True, True)
+    assert look.circuit is not None and look.circuit.open_until == clock()
+    assert breaker.peek(CONFIG).probe  # peeking claimed nothing
+    assert breaker.allow(CONFIG)  # this call claims the probe slot
+    look = breaker.peek(CONFIG)
+    assert (look.phase, look.allowed, look.probe) == (HALF_OPEN, False, False)
+    assert look.circuit is not None and look.circuit.failures == 3
+
+
+def test_peek_of_the_mock_tracks_nothing(clock: FakeClock) -> None:
+    mock = ProviderConfig(name="mock", kind="mock", model="mock-1", mode="mock")
+    look = breaker.peek(mock)
+    assert (look.tracked, look.phase, look.allowed, look.probe, look.circuit) == (
+        False,
+        CLOSED,
+        True,
+        False,
+        None,
+    )
+
+
+def test_peek_is_per_provider_and_model(clock: FakeClock) -> None:
+    for _ in range(3):
+        fail()
+    other = replace(CONFIG, name="secondary")
+    assert breaker.peek(other).phase == CLOSED
+    assert breaker.peek(replace(CONFIG, model="gpt-y")).phase == CLOSED
+
+
+def test_an_operator_forcing_a_circuit_open_is_logged_and_timed(
+    clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="llm_routing.breaker")
+    after = breaker.store.force_open("primary", "gpt-x", 30.0)
+    assert (after.state, after.opened_at, after.open_until) == (OPEN, clock(), clock() + 30.0)
+    assert breaker.store.load("primary", "gpt-x").opened_at == clock()
+    assert [r.getMessage() for r in caplog.records] == [
+        "Circuit primary/gpt-x forced open for 30s by an operator."
+    ]

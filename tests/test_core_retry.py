@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from django.test import override_settings
 
-from llm_routing.errors import RateLimitError, UnavailableError
+from llm_routing.errors import ProviderTimeoutError, RateLimitError, UnavailableError
 from llm_routing.resilience import retry
 from llm_routing.resilience.budget import MIN_ATTEMPT_S, Budget
 from llm_routing.resilience.retry import call_with_retries
@@ -201,3 +201,63 @@ def test_the_budget_allows_an_attempt_with_exactly_the_minimum_time_left() -> No
     now[0] = 1.0
     assert budget.remaining() == 0.0 and budget.timeout_for(30.0) == 0.0
     assert not budget.can_start()
+
+
+# --- a timeout the request-wide deadline caused ----------------------------------------------
+
+
+class Clock:
+    """A monotonic clock for the budget that moves only when told to (exact floats)."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def timing_out(clock: Clock, *, at: float, seen: list[float]) -> Any:
+    """An invoke that uses the clock up to ``at`` and then times out (HTTP 504)."""
+
+    def invoke(api_key: str | None, timeout: float) -> ProviderResult:
+        seen.append(timeout)
+        clock.now = at
+        raise ProviderTimeoutError("no answer", http_status=504)
+
+    return invoke
+
+
+def own_timeout(seconds: float) -> ScriptedProvider:
+    return ScriptedProvider(
+        ProviderConfig(name="a", kind="scripted", model="m-1", timeout_s=seconds, max_retries=2)
+    )
+
+
+def test_a_timeout_the_deadline_cut_short_is_budget_exhausted_not_the_providers() -> None:
+    clock, seen = Clock(), list[float]()
+    budget = Budget(deadline_s=1.5, max_attempts=5, clock=clock)
+    out, sleeps = call(own_timeout(30.0), budget, invoke=timing_out(clock, at=1.5, seen=seen))
+    assert seen == [1.5]  # the call had only what was left of the deadline
+    assert out.error is not None
+    assert (out.error.category, out.error.http_status) == ("budget_exhausted", 504)
+    assert out.error.message == (
+        "The request-wide deadline ran out during this call (it had 1.500s of its own 30s timeout)."
+    )
+    assert (out.retries, out.upstream_requests, sleeps) == (0, 1, [])
+
+
+def test_a_timeout_of_the_providers_own_full_timeout_stays_a_timeout() -> None:
+    clock, seen = Clock(), list[float]()
+    budget = Budget(deadline_s=5.0, max_attempts=5, clock=clock)
+    out, _ = call(own_timeout(5.0), budget, invoke=timing_out(clock, at=5.0, seen=seen))
+    assert seen == [5.0]  # not clamped: the provider's own timeout ran out
+    assert out.error is not None and out.error.category == "timeout"
+
+
+def test_a_timeout_that_leaves_exactly_the_minimum_time_is_the_providers() -> None:
+    # 0.1 - 0.05 == 0.05 exactly in binary floating point
+    clock, seen = Clock(), list[float]()
+    budget = Budget(deadline_s=2 * MIN_ATTEMPT_S, max_attempts=5, clock=clock)
+    out, _ = call(own_timeout(30.0), budget, invoke=timing_out(clock, at=MIN_ATTEMPT_S, seen=seen))
+    assert budget.remaining() == MIN_ATTEMPT_S
+    assert out.error is not None and out.error.category == "timeout"

@@ -3,7 +3,7 @@
 
     .venv/bin/nox -s mutation                              # every core module
     .venv/bin/nox -s mutation -- router breaker            # some modules
-    .venv/bin/python tools/mutation.py --changed-since main --check   # the CI floor
+    .venv/bin/python tools/mutation.py --changed-since main --whole budget --check  # CI
 
 Each module runs in its own scratch copy of the project (``.mutation/<module>/``) whose
 ``[tool.mutmut]`` section names only that module and only the test files that exercise
@@ -12,13 +12,21 @@ for each of its mutants.
 
 ``--changed-since REF`` mutates only the functions (and methods) of each core module
 whose code differs from the merge base with REF — a module new since then is mutated
-whole, a module without changed functions is not run. ``--check`` fails (exit 1) when a
-score falls below the module's floor in ``tools/mutation_floors.json``;
+whole, a module without changed functions is not run; an unknown REF is an error.
+``--whole MODULE`` (repeatable) mutates that module whole even with ``--changed-since``
+(the CI floor's fixed sample, so a run on an unchanged main still checks something).
+``--check`` fails (exit 1) when a score falls below the module's floor in
+``tools/mutation_floors.json``;
 ``--write-floors`` records the measured scores there. ``--time-budget`` stops the run
 after that many seconds and scores the mutants checked so far (reported as partial).
 
 Score = (killed + timed out) / (checked - skipped), as mutmut computes it: a mutant that
-no selected test reaches counts as surviving. Results go to ``.mutation/results.json``
+no selected test reaches counts as surviving. The survivors judged equivalent (listed by
+name in ``tools/mutation_equivalent.txt``, each explained in docs/testing.md) are also
+reported as a second score without them, the one ``--check`` compares with the floor.
+Each name carries a digest of its function's code: when the function changes, its
+entries no longer apply (its survivors must be judged again; ``--list-equivalent``
+prints the lines for survivors of the last run). Results go to ``.mutation/results.json``
 and each module's survivors to ``.mutation/<module>/survivors.txt``
 (``mutmut show <name>`` in that directory prints a survivor's diff).
 """
@@ -28,6 +36,7 @@ from __future__ import annotations
 import argparse
 import ast
 import fnmatch
+import hashlib
 import json
 import os
 import shutil
@@ -41,6 +50,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 WORK = ROOT / ".mutation"
 FLOORS = ROOT / "tools" / "mutation_floors.json"
+EQUIVALENT = ROOT / "tools" / "mutation_equivalent.txt"
 
 #: What the scratch copy holds (the test settings import the demo project).
 COPY = ("llm_routing", "tests", "project", "templates", "manage.py")
@@ -50,6 +60,7 @@ CORE_TESTS = [
     "tests/test_core_behaviour.py",
     "tests/test_core_retry.py",
     "tests/test_core_properties.py",
+    "tests/test_core_walk.py",
 ]
 #: Core module -> (its file, the test files that exercise it).
 MODULES: dict[str, tuple[str, list[str]]] = {
@@ -67,7 +78,11 @@ MODULES: dict[str, tuple[str, list[str]]] = {
     ),
     "classify": (
         "llm_routing/providers/classify.py",
-        ["tests/test_providers_classify.py", "tests/test_providers_faults.py"],
+        [
+            "tests/test_providers_classify.py",
+            "tests/test_providers_faults.py",
+            "tests/test_core_classify.py",
+        ],
     ),
     # router.py holds the walk and the stream pump (_pump, _continue, _finish_stream).
     "router": (
@@ -77,6 +92,7 @@ MODULES: dict[str, tuple[str, list[str]]] = {
             "tests/test_router_stream.py",
             "tests/test_router_upstream.py",
             "tests/test_breaker_router.py",
+            "tests/test_explain.py",  # explain() is in router.py
         ],
     ),
 }
@@ -112,6 +128,8 @@ class Score:
     skipped: int
     score: float
     seconds: float
+    equivalent: int = 0  # survivors listed in tools/mutation_equivalent.txt
+    score_without_equivalent: float = 100.0
     functions: list[str] = field(default_factory=list)  # empty: the whole module
     partial: bool = False
 
@@ -283,16 +301,43 @@ def run_module(
         partial=len(checked) < len(exits),
     )
     survivors = sorted(k for k, v in checked.items() if v not in KILLED | TIMEOUT | SKIPPED)
+    known = _equivalent(path) & set(survivors)
+    score.equivalent = len(known)
+    rest = tested - len(known)
+    score.score_without_equivalent = round(100.0 * (killed + timeout) / rest, 1) if rest else 100.0
     (work / "survivors.txt").write_text("".join(s + "\n" for s in survivors))
     note = (
         f", stopped at the time budget: {len(checked)} of {len(exits)} checked" if stopped else ""
     )
     print(
         f"{path}: {score.score:.1f} % ({killed + timeout} of {tested} killed, "
-        f"{score.survived} survived, {no_tests} reached by no test) in {seconds:.0f} s{note}",
+        f"{score.survived} survived, {no_tests} reached by no test; "
+        f"{score.score_without_equivalent:.1f} % without the {len(known)} known equivalent) "
+        f"in {seconds:.0f} s{note}",
         flush=True,
     )
     return score
+
+
+def function_digest(path: str, mutant: str) -> str | None:
+    """A short digest of the code of the function ``mutant`` belongs to (None: gone)."""
+    function = mutant.rsplit(".", 1)[-1].rsplit("__mutmut_", 1)[0]
+    code = function_names((ROOT / path).read_text(encoding="utf-8")).get(function)
+    return None if code is None else hashlib.sha256(code.encode()).hexdigest()[:12]
+
+
+def _equivalent(path: str) -> set[str]:
+    """The listed equivalent mutants of ``path`` whose function is unchanged."""
+    if not EQUIVALENT.exists():
+        return set()
+    dotted = path.removesuffix(".py").replace("/", ".") + "."
+    out = set()
+    for line in EQUIVALENT.read_text(encoding="utf-8").splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[0].startswith(dotted):
+            if function_digest(path, parts[0]) == parts[1]:
+                out.add(parts[0])
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -316,18 +361,37 @@ def main(argv: list[str] | None = None) -> int:
         help="keep the last run's results: rerun only survivors and unchecked mutants "
         "(valid when tests were only added since)",
     )
+    parser.add_argument(
+        "--whole",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="mutate this module whole even with --changed-since; repeatable",
+    )
+    parser.add_argument(
+        "--list-equivalent",
+        metavar="MODULE",
+        help="print the last run's survivors of MODULE as lines for mutation_equivalent.txt",
+    )
     args = parser.parse_args(argv)
-    unknown = sorted(set(args.modules) - set(MODULES))
+    if args.list_equivalent:
+        path = MODULES[args.list_equivalent][0]
+        for name in (WORK / args.list_equivalent / "survivors.txt").read_text().split():
+            print(name, function_digest(path, name))
+        return 0
+    unknown = sorted((set(args.modules) | set(args.whole)) - set(MODULES))
     if unknown:
         parser.error(f"unknown module(s) {', '.join(unknown)}; choose from {', '.join(MODULES)}")
 
+    if args.changed_since and _git("rev-parse", "--verify", "-q", args.changed_since).returncode:
+        parser.error(f"--changed-since {args.changed_since}: no such commit in this clone")
     deadline = time.monotonic() + args.time_budget if args.time_budget else None
     floors: dict[str, float] = json.loads(FLOORS.read_text()) if FLOORS.exists() else {}
     results: list[Score] = []
     failed: list[str] = []
     for name in args.modules or list(MODULES):
         functions = args.function or None
-        if args.changed_since:
+        if args.changed_since and name not in args.whole:
             functions = changed_functions(MODULES[name][0], args.changed_since)
             if functions == []:
                 print(f"== mutation: {MODULES[name][0]}: unchanged since {args.changed_since} ==")
@@ -345,12 +409,22 @@ def main(argv: list[str] | None = None) -> int:
         )
         results.append(score)
         floor = floors.get(name)
-        if args.check and floor is not None and score.score < floor:
-            failed.append(f"{score.path}: {score.score:.1f} % is below its floor {floor:.1f} %")
+        measured = score.score_without_equivalent
+        if args.check and floor is not None and measured < floor:
+            failed.append(
+                f"{score.path}: {measured:.1f} % (without the known equivalent mutants) "
+                f"is below its floor {floor:.1f} %"
+            )
     WORK.mkdir(exist_ok=True)
     (WORK / "results.json").write_text(json.dumps([asdict(r) for r in results], indent=2) + "\n")
     if args.write_floors:
-        floors.update({r.module: r.score for r in results if not r.functions and not r.partial})
+        floors.update(
+            {
+                r.module: r.score_without_equivalent
+                for r in results
+                if not (r.functions or r.partial)
+            }
+        )
         FLOORS.write_text(json.dumps(dict(sorted(floors.items())), indent=2) + "\n")
     for message in failed:
         print(f"MUTATION FLOOR: {message}", file=sys.stderr)
