@@ -261,3 +261,21 @@ def test_a_timeout_that_leaves_exactly_the_minimum_time_is_the_providers() -> No
     out, _ = call(own_timeout(30.0), budget, invoke=timing_out(clock, at=MIN_ATTEMPT_S, seen=seen))
     assert budget.remaining() == MIN_ATTEMPT_S
     assert out.error is not None and out.error.category == "timeout"
+
+
+def test_a_failed_call_reports_the_tokens_the_provider_still_charged(
+    scripted: type[ScriptedProvider],
+) -> None:
+    """A refused answer that consumed tokens (its usage kept on the error) reports them,
+    so the attempt is charged; a failure that reported none reports zero tokens."""
+    from llm_routing.errors import ResponseError
+    from llm_routing.types import Usage
+
+    charged = ResponseError("The answer broke its schema.")
+    charged.usage = Usage(input_tokens=11, output_tokens=7)
+    scripted.scripts["a"] = [charged]
+    out, _ = call(adapter(max_retries=0))
+    assert out.error is not None and out.usage == Usage(input_tokens=11, output_tokens=7)
+    scripted.scripts["a"] = [UnavailableError("down", http_status=503)]
+    out, _ = call(adapter(max_retries=0))
+    assert out.error is not None and out.usage == Usage()
