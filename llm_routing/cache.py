@@ -25,7 +25,6 @@ import weakref
 from collections.abc import Iterable
 from typing import Any
 
-import redis.asyncio
 from django.conf import settings
 from django.core.cache import BaseCache, caches
 from django.core.cache.backends.locmem import LocMemCache
@@ -146,6 +145,8 @@ class AsyncRedis:
             with self._lock:
                 client = self._clients.get(loop)
                 if client is None:
+                    import redis.asyncio  # only with a Redis cache (redis-py is optional)
+
                     client = self._clients[loop] = redis.asyncio.Redis.from_url(self._url)
         return client
 
