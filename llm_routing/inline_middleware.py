@@ -35,7 +35,7 @@ from asgiref.sync import markcoroutinefunction, sync_to_async
 from django.contrib.auth import middleware as auth
 from django.contrib.messages import middleware as messages
 from django.contrib.sessions import middleware as sessions
-from django.http import HttpRequest, HttpResponse, HttpResponseBase
+from django.http import HttpRequest, HttpResponseBase
 from django.middleware import clickjacking, common, csrf, security
 
 __all__ = [
@@ -68,7 +68,14 @@ class _Inline:
     async def _aprocess_response(
         self, request: HttpRequest, response: HttpResponseBase
     ) -> HttpResponseBase:
-        return self.process_response(request, response)  # type: ignore[attr-defined]
+        process_response = self.process_response  # type: ignore[attr-defined]
+        if self._may_do_io(request):  # as Django does it: in the shared thread
+            return await sync_to_async(process_response, thread_sensitive=True)(request, response)
+        return process_response(request, response)
+
+    def _may_do_io(self, request: HttpRequest) -> bool:
+        """Whether this request's ``process_response`` may touch the database."""
+        return False
 
 
 class SecurityMiddleware(_Inline, security.SecurityMiddleware):
@@ -84,16 +91,10 @@ class XFrameOptionsMiddleware(_Inline, clickjacking.XFrameOptionsMiddleware):
 
 
 class MessageMiddleware(_Inline, messages.MessageMiddleware):
-    async def _aprocess_response(  # type: ignore[override]
-        self, request: HttpRequest, response: HttpResponse
-    ) -> HttpResponseBase:
+    def _may_do_io(self, request: HttpRequest) -> bool:
+        # Storing read or added messages may read or write the session.
         storage = getattr(request, "_messages", None)
-        if storage is not None and (storage.used or storage.added_new):
-            # Storing may read or write the session (a database read): in the thread.
-            return await sync_to_async(self.process_response, thread_sensitive=True)(
-                request, response
-            )
-        return self.process_response(request, response)
+        return storage is not None and bool(storage.used or storage.added_new)
 
 
 class AuthenticationMiddleware(_Inline, auth.AuthenticationMiddleware):
@@ -101,15 +102,9 @@ class AuthenticationMiddleware(_Inline, auth.AuthenticationMiddleware):
 
 
 class SessionMiddleware(_Inline, sessions.SessionMiddleware):
-    async def _aprocess_response(  # type: ignore[override]
-        self, request: HttpRequest, response: HttpResponse
-    ) -> HttpResponseBase:
-        session = getattr(request, "session", None)
-        if session is not None and session.accessed:  # it may save: a database write
-            return await sync_to_async(self.process_response, thread_sensitive=True)(
-                request, response
-            )
-        return self.process_response(request, response)
+    def _may_do_io(self, request: HttpRequest) -> bool:
+        session = getattr(request, "session", None)  # a touched session may be saved
+        return session is not None and bool(session.accessed)
 
 
 class CsrfViewMiddleware(_Inline, csrf.CsrfViewMiddleware):
