@@ -38,11 +38,14 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
+from asgiref.sync import sync_to_async
 from django.core.cache import caches
 from django.core.cache.backends.base import BaseCache
+from django.core.cache.backends.locmem import LocMemCache
 from django.db.models.signals import post_delete, post_save
 from django.dispatch import Signal
 
+from .cache import async_redis, routing_cache
 from .conf import routing_settings
 from .models import Budget
 from .signals import send
@@ -54,6 +57,7 @@ __all__ = [
     "Grant",
     "Refusal",
     "Usage",
+    "acheck",
     "applicable",
     "budget_threshold_reached",
     "check",
@@ -459,6 +463,72 @@ def check(principal: Principal | None, token_key: str | None = None) -> Refusal 
 
     Remembers the budgets counted in for :func:`settle` (a context variable: the
     router's answer in the same request settles them)."""
+    step = _begin(principal, token_key)
+    if not isinstance(step, _Counting):
+        return step
+    try:
+        refused, counts = _count(_cache(), step.budgets, step.starts, step.now)
+    except Exception as exc:  # the cache, whatever its backend raises
+        _cache_failed(exc)
+        return _cache_down_refusal(step.budgets)
+    if refused:
+        return _refusal(step.budgets[refused - 1], step.now)
+    for crossing in _request_crossings(step, counts):
+        _crossed(*crossing)
+    _granted(step)
+    return None
+
+
+async def acheck(principal: Principal | None, token_key: str | None = None) -> Refusal | None:
+    """:func:`check` for code on the event loop, with the same counting and answers.
+
+    On Redis the Lua step runs through ``redis.asyncio`` (one round trip, on the loop);
+    with no enabled budget nothing is awaited at all. What would block the loop runs
+    :func:`check` in a worker thread instead: the budget rows due for a re-read
+    (every :data:`ROWS_TTL_S`), a cache that is neither Redis nor LocMem. A soft
+    threshold crossed (once per budget and window) is flagged in a worker thread."""
+    cache = routing_cache()
+    aredis = async_redis(cache)
+    if not _index_fresh() or (aredis is None and not isinstance(cache, LocMemCache)):
+        return await sync_to_async(check, thread_sensitive=False)(principal, token_key)
+    if aredis is None:  # LocMem: in process memory, nothing to wait on
+        return check(principal, token_key)
+    step = _begin(principal, token_key)
+    if not isinstance(step, _Counting):
+        return step
+    keys = [cache.make_key(k) for k in _keys(step.budgets, step.starts)]
+    args: list[int] = [len(step.budgets)]
+    for b in step.budgets:
+        args += [_ttl(b, step.now), *_caps(b)]
+    try:
+        client = aredis.client()
+        script = _scripts.get("async")
+        if script is None:  # called with each loop's own client below
+            script = _scripts["async"] = client.register_script(_CHECK_LUA)
+        reply = [int(v) for v in await script(keys=keys, args=args, client=client)]
+    except Exception as exc:  # the cache, whatever its backend raises
+        _cache_failed(exc)
+        return _cache_down_refusal(step.budgets)
+    if reply[0]:
+        return _refusal(step.budgets[reply[0] - 1], step.now)
+    for crossing in _request_crossings(step, reply[1:]):
+        await sync_to_async(_crossed, thread_sensitive=False)(*crossing)
+    _granted(step)
+    return None
+
+
+@dataclass(frozen=True)
+class _Counting:
+    """A request about to be counted: its budgets, the time, each window's start."""
+
+    budgets: list[Budget]
+    now: float
+    starts: list[int]
+
+
+def _begin(principal: Principal | None, token_key: str | None) -> _Counting | Refusal | None:
+    """The budgets to count the request in, or the answer already (None: let it through,
+    no budget applies or the cache is down and they fail open)."""
     _current.set(None)
     budgets = applicable(principal, token_key)
     if not budgets:
@@ -467,27 +537,38 @@ def check(principal: Principal | None, token_key: str | None = None) -> Refusal 
     if time.monotonic() < _retry_at:
         _cache_failed(None)
         return _cache_down_refusal(budgets)
-    starts = [_start(b, now) for b in budgets]
-    try:
-        refused, counts = _count(_cache(), budgets, starts, now)
-    except Exception as exc:  # the cache, whatever its backend raises
-        _cache_failed(exc)
-        return _cache_down_refusal(budgets)
-    if refused:
-        b = budgets[refused - 1]
-        _, end = window_bounds(b.window, now)
-        return Refusal(
-            budget=b.name,
-            window=b.window,
-            reset_at=end,
-            detail=f"Budget {b.name!r} is exhausted for this {b.window}; it resets at "
-            f"{end.isoformat().replace('+00:00', 'Z')}.",
-        )
-    for b, start, count in zip(budgets, starts, counts, strict=True):
-        if b.max_requests is not None:
-            _crossed(b, start, "requests", count - 1, count, b.max_requests)
-    _current.set(Grant(budgets=budgets, starts=starts))
-    return None
+    return _Counting(budgets=budgets, now=now, starts=[_start(b, now) for b in budgets])
+
+
+def _request_crossings(
+    step: _Counting, counts: Sequence[int]
+) -> list[tuple[Budget, int, str, int, int, int]]:
+    """The :func:`_crossed` calls due for the new request counts (soft thresholds)."""
+    return [
+        (b, start, "requests", count - 1, count, b.max_requests)
+        for b, start, count in zip(step.budgets, step.starts, counts, strict=True)
+        if b.max_requests is not None and _crosses(b, count - 1, count, b.max_requests)
+    ]
+
+
+def _granted(step: _Counting) -> None:
+    _current.set(Grant(budgets=step.budgets, starts=step.starts))
+
+
+def _index_fresh() -> bool:
+    cached = _rows
+    return cached is not None and time.monotonic() - cached[0] < ROWS_TTL_S
+
+
+def _refusal(budget: Budget, now: float) -> Refusal:
+    _, end = window_bounds(budget.window, now)
+    return Refusal(
+        budget=budget.name,
+        window=budget.window,
+        reset_at=end,
+        detail=f"Budget {budget.name!r} is exhausted for this {budget.window}; it resets at "
+        f"{end.isoformat().replace('+00:00', 'Z')}.",
+    )
 
 
 def settle(tokens: int, cost_usd: Decimal | float | None = None) -> None:
@@ -517,9 +598,12 @@ def settle(tokens: int, cost_usd: Decimal | float | None = None) -> None:
             _crossed(b, start, "cost", values[2 * i + 1] - nano, values[2 * i + 1], cap)
 
 
+def _crosses(budget: Budget, before: int, after: int, cap: int) -> bool:
+    return before < budget.soft_threshold * cap <= after
+
+
 def _crossed(budget: Budget, start: int, metric: str, before: int, after: int, cap: int) -> None:
-    threshold = budget.soft_threshold * cap
-    if not before < threshold <= after:
+    if not _crosses(budget, before, after, cap):
         return
     flag = _key(budget, start, "soft")
     try:
