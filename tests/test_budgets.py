@@ -371,3 +371,74 @@ def test_async_hook_carries_the_grant_back_into_the_async_caller():
     assert async_to_sync(view)() == "budget_exceeded"
     assert budgets.usage([budget])["async-g"].tokens == 7
     budgets.forget()
+
+
+def test_requests_in_flight_hold_the_room_of_a_cost_cap():
+    """Before any request has settled, one at a time; then the requests in flight are
+    each counted at the largest settled cost (the peak), so the cap is overshot by at
+    most one request's cost."""
+    budget = Budget.objects.create(name="room", scope="global", max_cost_usd=Decimal("0.00001"))
+    assert budgets.check(None) is None  # the first: the peak is unknown
+    first = budgets._current.get()
+    held = budgets.check(None)
+    assert held is not None and held.code == "budget_in_flight" and held.status == 429
+    assert held.reset_at is None and held.retry_after == budgets.IN_FLIGHT_RETRY_S
+    assert held.body()["budget"] == "room"
+    assert budgets.usage([budget])["room"].requests == 1  # the held one is not counted
+    budgets._current.set(first)
+    budgets.settle(0, Decimal("0.000003"))  # peak 3 µ$, 3 of 10 µ$ spent
+    # A request is let in while spent + in flight x peak stays under the cap:
+    # 3 + 0 x 3, 3 + 1 x 3, 3 + 2 x 3 = 9 < 10 are; 3 + 3 x 3 = 12 is not.
+    grants = []
+    for _ in range(3):
+        assert budgets.check(None) is None
+        grants.append(budgets._current.get())
+    assert budgets.check(None).code == "budget_in_flight"
+    for grant in grants:
+        budgets._current.set(grant)
+        budgets.settle(0, Decimal("0.000003"))
+    refused = budgets.check(None)
+    assert refused.code == "budget_exceeded" and refused.reset_at is not None
+    spent = budgets.usage([budget])["room"].cost_usd
+    assert spent == Decimal("0.000012")  # over the cap by less than one request's cost
+    budgets.forget()
+
+
+def test_a_request_that_never_settles_gives_its_place_back():
+    Budget.objects.create(name="tok", scope="global", max_tokens=100)
+    assert budgets.check(None) is None
+    grant = budgets._current.get()
+    assert budgets.check(None).code == "budget_in_flight"  # the peak is still unknown
+    budgets._current.set(grant)
+    budgets.forget()  # e.g. an async job's submission: no usage in this request
+    assert budgets.check(None) is None
+    budgets.forget()
+
+
+def test_a_dead_workers_place_ends_with_its_lease(clock):
+    Budget.objects.create(name="tok", scope="global", max_tokens=100)
+    assert budgets.check(None) is None
+    budgets._current.set(None)  # the worker died: neither settled nor forgotten
+    assert budgets.check(None).code == "budget_in_flight"
+    clock.now += budgets._lease_s() + 1
+    assert budgets.check(None) is None
+    budgets.forget()
+
+
+def test_the_answer_settles_its_cost_from_the_price_override(
+    api, fake_upstream, upstream_chain, monkeypatch
+):
+    """Through /audit/: the request_routed receiver adds the routed request's cost (the
+    row's price override times the tokens the fake upstream reported) to the budget."""
+    monkeypatch.setenv("TEST_PROVIDER_KEY", "sk-budget-cost-0123456789")
+    upstream_chain(
+        ("oa", "openai", {"input_price_per_mtok": Decimal(1000),
+                          "output_price_per_mtok": Decimal(2000)}),
+    )  # fmt: skip
+    budget = Budget.objects.create(name="usd", scope="global", max_cost_usd=Decimal("0.06"))
+    assert [audit(api).status_code for _ in range(3)] == [200, 200, 200]
+    # 11 prompt + 7 completion tokens an answer: 0.011 + 0.014 = $0.025 each.
+    use = budgets.usage([budget])["usd"]
+    assert use.cost_usd == Decimal("0.075") and use.tokens == 54
+    refused = audit(api)
+    assert refused.status_code == 429 and refused.json()["budget"] == "usd"
