@@ -23,12 +23,13 @@ import os
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from . import pricing
 from .types import AuditRequest, RoutingResult, Usage
+from .version import __version__
 
 __all__ = [
     "CIRCUIT_STATES",
@@ -184,6 +185,17 @@ TIME_TO_FIRST_CHUNK = Histogram(
     buckets=DURATION_BUCKETS,
     registry=REGISTRY,
 )
+#: 1 per process with metrics loaded; in multiprocess mode summed over the LIVE
+#: workers (``livesum``: a dead worker's file leaves with gunicorn's ``child_exit``
+#: hook), so it counts the workers exporting metrics, per version.
+BUILD_INFO = Gauge(
+    "llm_routing_build_info",
+    "Processes exporting these metrics, by llm_routing version (live workers only).",
+    ("version",),
+    multiprocess_mode="livesum",
+    registry=REGISTRY,
+)
+BUILD_INFO.labels(__version__).set(1)
 
 
 def _bounded(value: str | None, allowed: frozenset[str]) -> str:
