@@ -362,7 +362,9 @@ return out
 
 #: After the answer, in one step: add the request's tokens and cost to every budget it
 #: was counted in, and, in those that hold room for requests in flight, raise the peaks
-#: and take the request out of the in-flight set.
+#: and take the request out of the in-flight set. Only a request that used tokens says
+#: anything about the peaks (an attempt that failed before any answer used none: a
+#: zero from it would let everything in); its cost may be 0 (a free or unpriced model).
 #:
 #: KEYS: per budget i at 5i+1 … 5i+5: tokens, cost, in-flight set, peak tokens, peak
 #: cost. ARGV: member, tokens, nano-USD, peak ttl, then per budget at 5+2i, 6+2i: ttl,
@@ -379,9 +381,9 @@ for i = 0, #KEYS / 5 - 1 do
     out[#out + 1] = v
     if holds then
       local p = redis.call('GET', KEYS[k + 3 + j])
-      if (not p) or tonumber(p) < used[j] then
+      if used[1] > 0 and ((not p) or tonumber(p) < used[j]) then
         redis.call('SET', KEYS[k + 3 + j], used[j], 'EX', pttl)
-      else
+      elseif p then
         redis.call('EXPIRE', KEYS[k + 3 + j], pttl)
       end
     end
@@ -519,7 +521,7 @@ def _settle(cache: BaseCache, grant: Grant, tokens: int, nano: int, now: float) 
                 key = _key(b, start, metric)
                 out.append(int(cache.get(key) or 0) + used)
                 cache.set(key, out[-1], ttl)
-                if _reserves(b):
+                if _reserves(b) and tokens > 0:
                     peak = cache.get(_peak_key(b, metric))
                     cache.set(_peak_key(b, metric), max(used, peak or 0), PEAK_TTL_S)
             if _reserves(b):
@@ -615,7 +617,7 @@ def check(principal: Principal | None, token_key: str | None = None) -> Refusal 
 
     Remembers the budgets counted in for :func:`settle` (a context variable: the
     router's answer in the same request settles them)."""
-    _current.set(None)
+    forget()  # a grant left over in this context (never settled) gives its place back
     budgets = applicable(principal, token_key)
     if not budgets:
         return None

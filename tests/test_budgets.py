@@ -5,6 +5,7 @@ policy and the model's validation."""
 
 from __future__ import annotations
 
+import contextvars
 import json
 import socket
 from collections.abc import Iterator
@@ -373,56 +374,77 @@ def test_async_hook_carries_the_grant_back_into_the_async_caller():
     budgets.forget()
 
 
+def request() -> tuple[budgets.Refusal | None, budgets.Grant | None]:
+    """``budgets.check`` as one more request in flight (its own context), and its grant."""
+    return contextvars.Context().run(lambda: (budgets.check(None), budgets._current.get()))
+
+
+def answer(grant: budgets.Grant | None, tokens: int, cost: str) -> None:
+    """That request's answer: settle its usage in its own context."""
+
+    def run() -> None:
+        budgets._current.set(grant)
+        budgets.settle(tokens, Decimal(cost))
+
+    contextvars.Context().run(run)
+
+
 def test_requests_in_flight_hold_the_room_of_a_cost_cap():
     """Before any request has settled, one at a time; then the requests in flight are
     each counted at the largest settled cost (the peak), so the cap is overshot by at
     most one request's cost."""
     budget = Budget.objects.create(name="room", scope="global", max_cost_usd=Decimal("0.00001"))
-    assert budgets.check(None) is None  # the first: the peak is unknown
-    first = budgets._current.get()
-    held = budgets.check(None)
+    refused, first = request()
+    assert refused is None  # the first: the peak is unknown
+    held, _ = request()
     assert held is not None and held.code == "budget_in_flight" and held.status == 429
     assert held.reset_at is None and held.retry_after == budgets.IN_FLIGHT_RETRY_S
     assert held.body()["budget"] == "room"
     assert budgets.usage([budget])["room"].requests == 1  # the held one is not counted
-    budgets._current.set(first)
-    budgets.settle(0, Decimal("0.000003"))  # peak 3 µ$, 3 of 10 µ$ spent
+    answer(first, 5, "0.000003")  # peak 3 µ$, 3 of 10 µ$ spent
     # A request is let in while spent + in flight x peak stays under the cap:
     # 3 + 0 x 3, 3 + 1 x 3, 3 + 2 x 3 = 9 < 10 are; 3 + 3 x 3 = 12 is not.
     grants = []
     for _ in range(3):
-        assert budgets.check(None) is None
-        grants.append(budgets._current.get())
-    assert budgets.check(None).code == "budget_in_flight"
+        refused, grant = request()
+        assert refused is None
+        grants.append(grant)
+    assert request()[0].code == "budget_in_flight"
     for grant in grants:
-        budgets._current.set(grant)
-        budgets.settle(0, Decimal("0.000003"))
-    refused = budgets.check(None)
+        answer(grant, 5, "0.000003")
+    refused, _ = request()
     assert refused.code == "budget_exceeded" and refused.reset_at is not None
     spent = budgets.usage([budget])["room"].cost_usd
     assert spent == Decimal("0.000012")  # over the cap by less than one request's cost
-    budgets.forget()
 
 
 def test_a_request_that_never_settles_gives_its_place_back():
     Budget.objects.create(name="tok", scope="global", max_tokens=100)
-    assert budgets.check(None) is None
-    grant = budgets._current.get()
-    assert budgets.check(None).code == "budget_in_flight"  # the peak is still unknown
-    budgets._current.set(grant)
+    assert budgets.check(None) is None  # this request
+    assert request()[0].code == "budget_in_flight"  # another: the peak is unknown
     budgets.forget()  # e.g. an async job's submission: no usage in this request
-    assert budgets.check(None) is None
-    budgets.forget()
+    assert request()[0] is None
 
 
 def test_a_dead_workers_place_ends_with_its_lease(clock):
     Budget.objects.create(name="tok", scope="global", max_tokens=100)
-    assert budgets.check(None) is None
-    budgets._current.set(None)  # the worker died: neither settled nor forgotten
-    assert budgets.check(None).code == "budget_in_flight"
+    assert request()[0] is None  # neither settled nor forgotten: its worker died
+    assert request()[0].code == "budget_in_flight"
     clock.now += budgets._lease_s() + 1
-    assert budgets.check(None) is None
-    budgets.forget()
+    assert request()[0] is None
+
+
+def test_an_answer_without_usage_leaves_the_peak_unknown():
+    """A request that failed before any answer used no tokens: it says nothing about
+    what a request costs, so the budget still lets one request at a time in."""
+    Budget.objects.create(name="usd", scope="global", max_cost_usd=Decimal("1"))
+    refused, grant = request()
+    answer(grant, 0, "0")
+    refused, grant = request()
+    assert refused is None
+    assert request()[0].code == "budget_in_flight"
+    answer(grant, 10, "0")  # an unpriced model: tokens used, cost 0: peak 0
+    assert [request()[0] for _ in range(3)] == [None] * 3  # a free request holds no room
 
 
 def test_the_answer_settles_its_cost_from_the_price_override(
