@@ -31,6 +31,7 @@ Counter keys carry the budget's name, never its subject (a token key is a secret
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import logging
 import math
@@ -43,11 +44,14 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
+from asgiref.sync import sync_to_async
 from django.core.cache import caches
 from django.core.cache.backends.base import BaseCache
+from django.core.cache.backends.locmem import LocMemCache
 from django.db.models.signals import post_delete, post_save
 from django.dispatch import Signal
 
+from .cache import async_redis, routing_cache
 from .conf import routing_settings
 from .models import Budget
 from .signals import send
@@ -59,6 +63,7 @@ __all__ = [
     "Grant",
     "Refusal",
     "Usage",
+    "acheck",
     "applicable",
     "budget_threshold_reached",
     "check",
@@ -455,6 +460,24 @@ def _lease_s() -> float:
     return float(routing_settings.REQUEST_DEADLINE_S) + LEASE_GRACE_S
 
 
+def _check_call(
+    cache: BaseCache, budgets: Sequence[Budget], starts: Sequence[int], now: float, member: str
+) -> tuple[list[str], list[int | str]]:
+    """The keys and arguments of :data:`_CHECK_LUA` (the cache's key prefix applied)."""
+    keys: list[str] = []
+    args: list[int | str] = [
+        len(budgets),
+        int(now * 1000),
+        int((now + _lease_s()) * 1000),
+        member,
+    ]
+    for b, start in zip(budgets, starts, strict=True):
+        keys += [_key(b, start, m) for m in (*METRICS, "inflight")]
+        keys += [_peak_key(b, "tokens"), _peak_key(b, "cost")]
+        args += [_ttl(b, now), *_caps(b)]
+    return [cache.make_key(k) for k in keys], args
+
+
 def _count(
     cache: BaseCache, budgets: Sequence[Budget], starts: Sequence[int], now: float, member: str
 ) -> tuple[int, list[int]]:
@@ -464,14 +487,8 @@ def _count(
     lease_until = now + _lease_s()
     client = _redis(cache)
     if client is not None:
-        keys: list[str] = []
-        args: list[int | str] = [len(budgets), int(now * 1000), int(lease_until * 1000), member]
-        for b, start in zip(budgets, starts, strict=True):
-            keys += [_key(b, start, m) for m in (*METRICS, "inflight")]
-            keys += [_peak_key(b, "tokens"), _peak_key(b, "cost")]
-            args += [_ttl(b, now), *_caps(b)]
-        made = [cache.make_key(k) for k in keys]
-        reply = [int(v) for v in _run(client, _CHECK_LUA, made, args)]
+        keys, args = _check_call(cache, budgets, starts, now, member)
+        reply = [int(v) for v in _run(client, _CHECK_LUA, keys, args)]
         return reply[0], reply[1:]
     with _lock:  # LocMem & co: atomic within this process only
         keys = _keys(budgets, starts)
@@ -617,6 +634,71 @@ def check(principal: Principal | None, token_key: str | None = None) -> Refusal 
 
     Remembers the budgets counted in for :func:`settle` (a context variable: the
     router's answer in the same request settles them)."""
+    step = _begin(principal, token_key)
+    if not isinstance(step, _Counting):
+        return step
+    try:
+        refused, counts = _count(_cache(), step.budgets, step.starts, step.now, step.member)
+    except Exception as exc:  # the cache, whatever its backend raises
+        _cache_failed(exc)
+        return _cache_down_refusal(step.budgets)
+    if refused:
+        return _refusal(step, refused)
+    for crossing in _request_crossings(step, counts):
+        _crossed(*crossing)
+    _granted(step)
+    return None
+
+
+async def acheck(principal: Principal | None, token_key: str | None = None) -> Refusal | None:
+    """:func:`check` for code on the event loop, with the same counting and answers.
+
+    On Redis the Lua step runs through ``redis.asyncio`` (one round trip, on the loop);
+    with no enabled budget nothing is awaited at all. What would block the loop runs
+    :func:`check` in a worker thread instead: the budget rows due for a re-read
+    (every :data:`ROWS_TTL_S`), a cache that is neither Redis nor LocMem. A soft
+    threshold crossed (once per budget and window) is flagged in a worker thread."""
+    cache = routing_cache()
+    aredis = async_redis(cache)
+    if not _index_fresh() or (aredis is None and not isinstance(cache, LocMemCache)):
+        return await sync_to_async(check, thread_sensitive=False)(principal, token_key)
+    if aredis is None:  # LocMem: in process memory, nothing to wait on
+        return check(principal, token_key)
+    step = _begin(principal, token_key)
+    if not isinstance(step, _Counting):
+        return step
+    keys, args = _check_call(cache, step.budgets, step.starts, step.now, step.member)
+    try:
+        client = aredis.client()
+        script = _scripts.get("async")
+        if script is None:  # called with each loop's own client below
+            script = _scripts["async"] = client.register_script(_CHECK_LUA)
+        reply = [int(v) for v in await script(keys=keys, args=args, client=client)]
+    except Exception as exc:  # the cache, whatever its backend raises
+        _cache_failed(exc)
+        return _cache_down_refusal(step.budgets)
+    if reply[0]:
+        return _refusal(step, reply[0])
+    for crossing in _request_crossings(step, reply[1:]):
+        await sync_to_async(_crossed, thread_sensitive=False)(*crossing)
+    _granted(step)
+    return None
+
+
+@dataclass(frozen=True)
+class _Counting:
+    """A request about to be counted: its budgets, the time, each window's start, and
+    its name in the budgets' in-flight sets."""
+
+    budgets: list[Budget]
+    now: float
+    starts: list[int]
+    member: str
+
+
+def _begin(principal: Principal | None, token_key: str | None) -> _Counting | Refusal | None:
+    """The budgets to count the request in, or the answer already (None: let it through,
+    no budget applies or the cache is down and they fail open)."""
     forget()  # a grant left over in this context (never settled) gives its place back
     budgets = applicable(principal, token_key)
     if not budgets:
@@ -625,39 +707,57 @@ def check(principal: Principal | None, token_key: str | None = None) -> Refusal 
     if time.monotonic() < _retry_at:
         _cache_failed(None)
         return _cache_down_refusal(budgets)
-    starts = [_start(b, now) for b in budgets]
-    member = uuid.uuid4().hex
-    try:
-        refused, counts = _count(_cache(), budgets, starts, now, member)
-    except Exception as exc:  # the cache, whatever its backend raises
-        _cache_failed(exc)
-        return _cache_down_refusal(budgets)
+    return _Counting(
+        budgets=budgets,
+        now=now,
+        starts=[_start(b, now) for b in budgets],
+        member=uuid.uuid4().hex,
+    )
+
+
+def _request_crossings(
+    step: _Counting, counts: Sequence[int]
+) -> list[tuple[Budget, int, str, int, int, int]]:
+    """The :func:`_crossed` calls due for the new request counts (soft thresholds)."""
+    return [
+        (b, start, "requests", count - 1, count, b.max_requests)
+        for b, start, count in zip(step.budgets, step.starts, counts, strict=True)
+        if b.max_requests is not None and _crosses(b, count - 1, count, b.max_requests)
+    ]
+
+
+def _granted(step: _Counting) -> None:
+    _current.set(Grant(budgets=step.budgets, starts=step.starts, member=step.member))
+
+
+def _index_fresh() -> bool:
+    cached = _rows
+    return cached is not None and time.monotonic() - cached[0] < ROWS_TTL_S
+
+
+def _refusal(step: _Counting, refused: int) -> Refusal:
+    """The refusal for the check's answer: budget ``refused`` (1-based) is exhausted, or
+    (negative) its room is held by the requests in flight."""
     if refused < 0:
-        b = budgets[-refused - 1]
+        budget = step.budgets[-refused - 1]
         return Refusal(
-            budget=b.name,
-            window=b.window,
+            budget=budget.name,
+            window=budget.window,
             reset_at=None,
-            detail=f"Budget {b.name!r} is close to its cap and the requests in flight may "
-            "use the rest; try again in a moment.",
+            detail=f"Budget {budget.name!r} is close to its cap and the requests in flight "
+            "may use the rest; try again in a moment.",
             code="budget_in_flight",
             retry_s=IN_FLIGHT_RETRY_S,
         )
-    if refused:
-        b = budgets[refused - 1]
-        _, end = window_bounds(b.window, now)
-        return Refusal(
-            budget=b.name,
-            window=b.window,
-            reset_at=end,
-            detail=f"Budget {b.name!r} is exhausted for this {b.window}; it resets at "
-            f"{end.isoformat().replace('+00:00', 'Z')}.",
-        )
-    for b, start, count in zip(budgets, starts, counts, strict=True):
-        if b.max_requests is not None:
-            _crossed(b, start, "requests", count - 1, count, b.max_requests)
-    _current.set(Grant(budgets=budgets, starts=starts, member=member))
-    return None
+    budget = step.budgets[refused - 1]
+    _, end = window_bounds(budget.window, step.now)
+    return Refusal(
+        budget=budget.name,
+        window=budget.window,
+        reset_at=end,
+        detail=f"Budget {budget.name!r} is exhausted for this {budget.window}; it resets at "
+        f"{end.isoformat().replace('+00:00', 'Z')}.",
+    )
 
 
 def settle(tokens: int, cost_usd: Decimal | float | None = None) -> None:
@@ -687,9 +787,12 @@ def settle(tokens: int, cost_usd: Decimal | float | None = None) -> None:
             _crossed(b, start, "cost", values[2 * i + 1] - nano, values[2 * i + 1], cap)
 
 
+def _crosses(budget: Budget, before: int, after: int, cap: int) -> bool:
+    return before < budget.soft_threshold * cap <= after
+
+
 def _crossed(budget: Budget, start: int, metric: str, before: int, after: int, cap: int) -> None:
-    threshold = budget.soft_threshold * cap
-    if not before < threshold <= after:
+    if not _crosses(budget, before, after, cap):
         return
     flag = _key(budget, start, "soft")
     try:
@@ -717,15 +820,29 @@ def _crossed(budget: Budget, start: int, metric: str, before: int, after: int, c
 
 def forget() -> None:
     """End the current request's grant (its answer was settled or never came: then its
-    places in flight are released)."""
+    places in flight are released — in a worker thread when called on an event loop,
+    which never waits on the cache here)."""
     grant = _current.get()
+    if grant is None:
+        return
     _current.set(None)
-    if grant is None or grant.released:
+    if grant.released:
         return
     grant.released = True
+    if not any(_reserves(b) for b in grant.budgets):
+        return
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        _release_quietly(grant)
+        return
+    loop.run_in_executor(None, _release_quietly, grant)
+
+
+def _release_quietly(grant: Grant) -> None:
     try:
         _release(_cache(), grant)
-    except Exception as exc:
+    except Exception as exc:  # the cache: the lease ends the place anyway
         _cache_failed(exc)
 
 

@@ -200,6 +200,41 @@ def test_200_concurrent_requests_against_a_cap_of_50_on_two_workers(
     assert budgets.usage([Budget.objects.get()])["race-50"].requests == 50
 
 
+def test_the_async_check_counts_in_the_same_counters_on_redis(prefix: str, token: str) -> None:
+    """``budgets.acheck`` (the Lua step through redis.asyncio, as the async views call
+    it) and ``budgets.check`` (redis-py) count one request each in the same window."""
+    budget = Budget.objects.create(name="mixed", scope="token", subject=token, max_requests=4)
+    budgets.check(None, token)  # also reads the budget rows (fresh for the next second)
+    results = [asyncio.run(budgets.acheck(None, token))]
+    assert "async" in budgets._scripts  # the async Lua path ran, not the thread fallback
+    results += [budgets.check(None, token), asyncio.run(budgets.acheck(None, token))]
+    refused = asyncio.run(budgets.acheck(None, token))
+    assert results == [None, None, None]
+    assert refused is not None and refused.budget == "mixed" and refused.status == 429
+    assert budgets.check(None, token) is not None
+    assert budgets.usage([budget])["mixed"].requests == 4  # a refusal counts nothing
+
+
+def test_the_async_throttle_shares_the_sync_window_on_redis(prefix: str) -> None:
+    from types import SimpleNamespace
+
+    from llm_routing.api.throttles import AuditUserThrottle
+
+    request = SimpleNamespace(user=SimpleNamespace(is_authenticated=True, pk=uuid.uuid4().hex))
+    rates = {"API_THROTTLE_RATES": {"user": "3/min", "anon": None}}
+    with override_settings(LLM_ROUTING=rates):
+        allowed = []
+        for i in range(5):
+            throttle = AuditUserThrottle()
+            if i % 2:
+                allowed.append(asyncio.run(throttle.aallow_request(request, None)))
+            else:
+                allowed.append(throttle.allow_request(request, None))
+            wait = throttle.wait()
+            assert wait is not None and 0 < wait <= 60
+    assert allowed == [True, True, True, False, False]
+
+
 # --- a cost cap under concurrency -------------------------------------------------------
 
 #: The price override of the row (USD per million tokens) and what the fake OpenAI
