@@ -295,8 +295,15 @@ def main() -> None:
         "the OpenTelemetry SDK itself, about 0.02 ms per span on a quiet core (three "
         "spans here: the request and two attempts, plus a skip event), so a request with "
         "more attempts costs more; a request span that the sampler drops writes no "
-        "attempt span. The end-to-end rows carry the noise of this shared machine: "
-        "their difference moves by a tenth of a millisecond or more between runs.",
+        "attempt span. "
+        + (
+            "CPU time leaves out the time this process waited for a core; the wall "
+            "clock (`--clock wall`) on this shared machine adds that wait and moves by "
+            "several hundredths of a millisecond between runs."
+            if args.clock == "cpu"
+            else "The wall clock adds the time this process waited for a core on this "
+            "shared machine; `--clock cpu` (the default) leaves it out."
+        ),
     ]
     text = "\n".join(lines)
     print(text)

@@ -464,3 +464,29 @@ def test_the_answer_settles_its_cost_from_the_price_override(
     assert use.cost_usd == Decimal("0.075") and use.tokens == 54
     refused = audit(api)
     assert refused.status_code == 429 and refused.json()["budget"] == "usd"
+
+
+def test_forget_on_the_event_loop_releases_in_a_worker_thread(monkeypatch):
+    """request_finished runs inline on the event loop under ASGI: the release of a place
+    in flight (a cache round trip on Redis) goes to a worker thread."""
+    import asyncio
+    import threading
+
+    Budget.objects.create(name="tok", scope="global", max_tokens=100)
+    threads = []
+    real = budgets._release_quietly
+
+    def release(grant):
+        threads.append(threading.current_thread())
+        real(grant)
+
+    monkeypatch.setattr(budgets, "_release_quietly", release)
+
+    async def request_on_the_loop() -> threading.Thread:
+        budgets.forget()  # the grant of the check below, as request_finished ends it
+        return threading.current_thread()
+
+    assert budgets.check(None) is None  # (the row lookup needs a thread: done here)
+    loop_thread = asyncio.run(request_on_the_loop())  # waits for the executor's work
+    assert len(threads) == 1 and threads[0] is not loop_thread
+    assert request()[0] is None  # the place was given back
