@@ -517,19 +517,26 @@ def _count(
     return 0, counts
 
 
+def _settle_call(
+    cache: BaseCache, grant: Grant, tokens: int, nano: int, now: float
+) -> tuple[list[str], list[int | str]]:
+    """The keys and arguments of :data:`_SETTLE_LUA` (the cache's key prefix applied)."""
+    keys: list[str] = []
+    args: list[int | str] = [grant.member, tokens, nano, PEAK_TTL_S]
+    for b, start in zip(grant.budgets, grant.starts, strict=True):
+        keys += [_key(b, start, m) for m in ("tokens", "cost", "inflight")]
+        keys += [_peak_key(b, "tokens"), _peak_key(b, "cost")]
+        args += [_ttl(b, now), 1 if _reserves(b) else 0]
+    return [cache.make_key(k) for k in keys], args
+
+
 def _settle(cache: BaseCache, grant: Grant, tokens: int, nano: int, now: float) -> list[int]:
     """Add the usage to the grant's budgets and release its places in flight, one round
     trip on Redis; the new (tokens, cost) counters, per budget."""
     client = _redis(cache)
     if client is not None:
-        keys: list[str] = []
-        args: list[int | str] = [grant.member, tokens, nano, PEAK_TTL_S]
-        for b, start in zip(grant.budgets, grant.starts, strict=True):
-            keys += [_key(b, start, m) for m in ("tokens", "cost", "inflight")]
-            keys += [_peak_key(b, "tokens"), _peak_key(b, "cost")]
-            args += [_ttl(b, now), 1 if _reserves(b) else 0]
-        made = [cache.make_key(k) for k in keys]
-        return [int(v) for v in _run(client, _SETTLE_LUA, made, args)]
+        keys, args = _settle_call(cache, grant, tokens, nano, now)
+        return [int(v) for v in _run(client, _SETTLE_LUA, keys, args)]
     out: list[int] = []
     with _lock:
         for b, start in zip(grant.budgets, grant.starts, strict=True):
@@ -768,23 +775,71 @@ def settle(tokens: int, cost_usd: Decimal | float | None = None) -> None:
     if grant is None or grant.released:
         return
     grant.released = True
+    _settle_grant(grant, *_amounts(tokens, cost_usd))
+
+
+def _amounts(tokens: int, cost_usd: Decimal | float | None) -> tuple[int, int]:
+    """(tokens, nano-USD), never negative; a cost is rounded up to the nano-dollar."""
     nano = 0 if cost_usd is None else math.ceil(Decimal(str(cost_usd)) * NANO)
-    tokens = max(0, tokens)
-    nano = max(0, nano)
+    return max(0, tokens), max(0, nano)
+
+
+def _settle_grant(grant: Grant, tokens: int, nano: int) -> None:
     if (tokens <= 0 and nano <= 0) and not any(_reserves(b) for b in grant.budgets):
         return
-    now = clock()
     try:
-        values = _settle(_cache(), grant, tokens, nano, now)
+        values = _settle(_cache(), grant, tokens, nano, clock())
     except Exception as exc:
         _cache_failed(exc)
         return
+    for crossing in _usage_crossings(grant, tokens, nano, values):
+        _crossed(*crossing)
+
+
+async def _asettle(grant: Grant, tokens: int, nano: int) -> None:
+    """:func:`_settle_grant` from the event loop: on Redis the Lua step through
+    ``redis.asyncio`` (no thread), else in a worker thread; a soft threshold crossed is
+    flagged in a worker thread."""
+    cache = routing_cache()
+    aredis = async_redis(cache)
+    if aredis is None:
+        await sync_to_async(_settle_grant, thread_sensitive=False)(grant, tokens, nano)
+        return
+    if (tokens <= 0 and nano <= 0) and not any(_reserves(b) for b in grant.budgets):
+        return
+    keys, args = _settle_call(cache, grant, tokens, nano, clock())
+    try:
+        client = aredis.client()
+        script = _scripts.get("async-settle")
+        if script is None:  # called with each loop's own client below
+            script = _scripts["async-settle"] = client.register_script(_SETTLE_LUA)
+        values = [int(v) for v in await script(keys=keys, args=args, client=client)]
+    except Exception as exc:  # the cache, whatever its backend raises
+        _cache_failed(exc)
+        return
+    for crossing in _usage_crossings(grant, tokens, nano, values):
+        await sync_to_async(_crossed, thread_sensitive=False)(*crossing)
+
+
+def _usage_crossings(
+    grant: Grant, tokens: int, nano: int, values: Sequence[int]
+) -> list[tuple[Budget, int, str, int, int, int]]:
+    """The :func:`_crossed` calls due for the new tokens and cost counters."""
+    out: list[tuple[Budget, int, str, int, int, int]] = []
     for i, (b, start) in enumerate(zip(grant.budgets, grant.starts, strict=True)):
         if b.max_tokens is not None:
-            _crossed(b, start, "tokens", values[2 * i] - tokens, values[2 * i], b.max_tokens)
+            t, cap = values[2 * i], int(b.max_tokens)
+            if _crosses(b, t - tokens, t, cap):
+                out.append((b, start, "tokens", t - tokens, t, cap))
         if b.max_cost_usd is not None:
-            cap = int(Decimal(b.max_cost_usd) * NANO)
-            _crossed(b, start, "cost", values[2 * i + 1] - nano, values[2 * i + 1], cap)
+            c, cap = values[2 * i + 1], int(Decimal(b.max_cost_usd) * NANO)
+            if _crosses(b, c - nano, c, cap):
+                out.append((b, start, "cost", c - nano, c, cap))
+    return out
+
+
+#: Settlements under way on an event loop (a task is kept until it is done).
+_settling: set[asyncio.Task[None]] = set()
 
 
 def _crosses(budget: Budget, before: int, after: int, cap: int) -> bool:
@@ -864,10 +919,24 @@ def _used(routed: RoutingResult) -> tuple[int, Decimal]:
 
 
 def _on_request_routed(sender: Any, routed: RoutingResult | None = None, **kwargs: Any) -> None:
-    """The routed request's usage (streams included), once, at the router's finish."""
-    if routed is not None and _current.get() is not None:
+    """The routed request's usage (streams included), once, at the router's finish. On
+    an event loop (the async router) the settlement is a task on that loop: the
+    receiver returns without waiting on the cache."""
+    grant = _current.get()
+    if routed is None or grant is None or grant.released:
+        forget()
+        return
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
         settle(*_used(routed))
-    forget()
+        forget()
+        return
+    grant.released = True
+    _current.set(None)
+    task = loop.create_task(_asettle(grant, *_amounts(*_used(routed))))
+    _settling.add(task)
+    task.add_done_callback(_settling.discard)
 
 
 def _on_request_finished(sender: Any, **kwargs: Any) -> None:

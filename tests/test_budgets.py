@@ -490,3 +490,28 @@ def test_forget_on_the_event_loop_releases_in_a_worker_thread(monkeypatch):
     loop_thread = asyncio.run(request_on_the_loop())  # waits for the executor's work
     assert len(threads) == 1 and threads[0] is not loop_thread
     assert request()[0] is None  # the place was given back
+
+
+def test_on_the_event_loop_the_answer_is_settled_by_a_task():
+    """The async router sends request_routed on the event loop: the receiver returns at
+    once and a task settles (LocMem: in a worker thread), releasing the place."""
+    import asyncio
+
+    from llm_routing.router import route
+    from llm_routing.types import AuditRequest
+
+    routed = route(AuditRequest(task="t", input_text="x", provider="mock"), persist=False)
+    tokens = routed.result.usage.input_tokens + routed.result.usage.output_tokens
+    budget = Budget.objects.create(name="tok", scope="global", max_tokens=10**6)
+    assert budgets.check(None) is None
+    assert request()[0].code == "budget_in_flight"
+
+    async def finish() -> int:
+        budgets._on_request_routed(None, routed=routed)
+        pending = len(budgets._settling)
+        await asyncio.gather(*budgets._settling)
+        return pending
+
+    assert asyncio.run(finish()) == 1
+    assert budgets.usage([budget])["tok"].tokens == tokens > 0
+    assert request()[0] is None  # the place was given back, the peak is known
