@@ -40,6 +40,12 @@ __all__ = [
 
 logger = logging.getLogger("llm_routing.asgi")
 
+_sniffio: Any
+try:  # anyio's (and so httpcore's) way to learn the running async library
+    import sniffio as _sniffio
+except ImportError:  # anyio then asks asyncio itself
+    _sniffio = None
+
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[Any]]
 Send = Callable[[Any], Awaitable[None]]
@@ -142,7 +148,14 @@ class InlineMiddlewareASGIHandler(ASGIHandler):
 
     async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Django 5.2's ``ASGIHandler.handle`` (same steps, same order), with the two
-        signals sent by :meth:`_started` and :meth:`_close`."""
+        signals sent by :meth:`_started` and :meth:`_close`.
+
+        It also says once per request that this is asyncio (sniffio's context variable,
+        as ``anyio.run`` sets it): httpcore asks anyio which library runs on every
+        socket read and write, and sniffio otherwise finds out by asking asyncio each
+        time (measured: docs/benchmarks.md)."""
+        if _sniffio is not None:
+            _sniffio.current_async_library_cvar.set("asyncio")
         try:
             body_file = await self.read_body(receive)
         except RequestAborted:
