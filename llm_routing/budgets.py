@@ -324,11 +324,13 @@ def applicable(principal: Principal | None, token_key: str | None = None) -> lis
 #: ARGV: n, now (ms), lease end (ms), member, then per budget at 5+4i … 8+4i: ttl,
 #: max_requests, max_tokens, max_nano_usd (-1: none).
 #: Returns {0, requests_1 … requests_n} when counted, {i} for the first exhausted
-#: budget (1-based), {-i} for the first whose room is held by requests in flight —
+#: budget (1-based), else {-i} for the first whose room is held by requests in flight
+#: (an exhausted budget is the better answer: it will not change in a second) —
 #: nothing is counted then.
 _CHECK_LUA = """
 local n = tonumber(ARGV[1])
 local now = tonumber(ARGV[2])
+local used = {}
 for i = 0, n - 1 do
   local k, a = i * 6, 5 + i * 4
   local mr, mt, mc = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
@@ -338,6 +340,12 @@ for i = 0, n - 1 do
   if (mr >= 0 and r + 1 > mr) or (mt >= 0 and t >= mt) or (mc >= 0 and c >= mc) then
     return {i + 1}
   end
+  used[i] = {t, c}
+end
+for i = 0, n - 1 do
+  local k, a = i * 6, 5 + i * 4
+  local mt, mc = tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
+  local t, c = used[i][1], used[i][2]
   if mt >= 0 or mc >= 0 then
     redis.call('ZREMRANGEBYSCORE', KEYS[k + 4], '-inf', now)
     local f = redis.call('ZCARD', KEYS[k + 4])
@@ -493,11 +501,16 @@ def _count(
     with _lock:  # LocMem & co: atomic within this process only
         keys = _keys(budgets, starts)
         values = cache.get_many(keys)
+        used = [
+            tuple(int(values.get(keys[3 * i + j]) or 0) for j in range(3))
+            for i in range(len(budgets))
+        ]
+        for i, b in enumerate(budgets):
+            if _exhausted(b, *used[i]):
+                return i + 1, []
         flying: list[dict[str, float]] = []
         for i, b in enumerate(budgets):
-            r, t, c = (int(values.get(keys[3 * i + j]) or 0) for j in range(3))
-            if _exhausted(b, r, t, c):
-                return i + 1, []
+            _, t, c = used[i]
             members: dict[str, float] = {}
             if _reserves(b):
                 held = cache.get(_key(b, starts[i], "inflight")) or {}

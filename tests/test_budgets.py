@@ -515,3 +515,15 @@ def test_on_the_event_loop_the_answer_is_settled_by_a_task():
     assert asyncio.run(finish()) == 1
     assert budgets.usage([budget])["tok"].tokens == tokens > 0
     assert request()[0] is None  # the place was given back, the peak is known
+
+
+def test_an_exhausted_budget_is_named_before_one_held_by_requests_in_flight():
+    Budget.objects.create(name="a-held", scope="global", max_tokens=100)
+    Budget.objects.create(name="b-done", scope="global", max_requests=2)
+    assert request()[0] is None  # in flight in a-held (peak unknown); b-done: 1 of 2
+    refused, _ = request()
+    assert refused.budget == "a-held" and refused.code == "budget_in_flight"
+    Budget.objects.filter(name="b-done").update(max_requests=1)
+    budgets.reset_cache_state()  # the rows again
+    refused, _ = request()
+    assert refused.budget == "b-done" and refused.code == "budget_exceeded"
