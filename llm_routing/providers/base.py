@@ -23,6 +23,7 @@ import json
 import logging
 import math
 import os
+import ssl
 import threading
 import time
 import weakref
@@ -272,7 +273,9 @@ class HttpProvider(BaseProvider):
     def _build_client(self) -> httpx.Client:
         # The limits go to the transport: httpx ignores a client's ``limits`` when it
         # is given a transport.
-        transport = self._transport or httpx.HTTPTransport(retries=0, limits=pool_limits())
+        transport = self._transport or httpx.HTTPTransport(
+            retries=0, limits=pool_limits(), verify=shared_ssl_context()
+        )
         return httpx.Client(**self.client_options(), transport=transport)
 
     def _build_async_client(self) -> httpx.AsyncClient:
@@ -904,6 +907,28 @@ def pool_limits() -> httpx.Limits:
 #: Connections per shard of an async pool (:class:`ShardedAsyncTransport`).
 POOL_SHARD_SIZE = 32
 
+_ssl_context: ssl.SSLContext | None = None
+_ssl_context_lock = threading.Lock()
+
+
+def shared_ssl_context() -> ssl.SSLContext:
+    """httpx's default verifying TLS context (certifi's CA bundle, or ``SSL_CERT_FILE``
+    / ``SSL_CERT_DIR``), built once per process and shared by every adapter transport.
+
+    Each context holds its own parsed copy of the CA bundle (about 0.8 MiB): built per
+    transport, a sharded async pool of 32 shards held 32 of them per provider per event
+    loop (docs/benchmarks.md, "Memory per worker"). One context serving many
+    connections is how :mod:`ssl` is meant to be used (thread-safe, no per-connection
+    state); it holds no socket, so it survives a fork."""
+    global _ssl_context
+    context = _ssl_context
+    if context is None:
+        with _ssl_context_lock:
+            context = _ssl_context
+            if context is None:
+                context = _ssl_context = httpx.create_ssl_context()
+    return context
+
 
 class ShardedAsyncTransport(httpx.AsyncBaseTransport):
     """Several httpcore connection pools behind one transport, taken in turn.
@@ -929,7 +954,13 @@ class ShardedAsyncTransport(httpx.AsyncBaseTransport):
             max_keepalive_connections=math.ceil(keepalive / count),
             keepalive_expiry=limits.keepalive_expiry,
         )
-        return cls([httpx.AsyncHTTPTransport(retries=0, limits=shard_limits) for _ in range(count)])
+        context = shared_ssl_context()
+        return cls(
+            [
+                httpx.AsyncHTTPTransport(retries=0, limits=shard_limits, verify=context)
+                for _ in range(count)
+            ]
+        )
 
     @property
     def shards(self) -> tuple[httpx.AsyncHTTPTransport, ...]:
