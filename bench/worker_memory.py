@@ -313,6 +313,7 @@ def main() -> None:
             warm_up(url, headers, BODY, count=8 * args.workers)
             print_stage("after a warm-up", snapshot(proc.pid))
             warm: list[dict[str, Any]] = []
+            loaded: list[dict[str, Any]] = []
             if args.modules:
                 warm = dump_workers(proc.pid, modules_out)
                 print_states("after a warm-up", warm)
@@ -332,16 +333,20 @@ def main() -> None:
                     snapshot(proc.pid),
                 )
                 print_kinds(proc.pid)
+                if args.modules:
+                    loaded = dump_workers(proc.pid, modules_out)
+                    print_states("right after the load", loaded)
             time.sleep(args.settle)
             print_stage(f"{args.settle:.0f} s later (in-flight requests done)", snapshot(proc.pid))
             print_kinds(proc.pid)
             dumps = dump_workers(proc.pid, modules_out) if args.modules else []
-        print_states("after the load", dumps)
-        if warm and dumps:
+        print_states(f"{args.settle:.0f} s after the load", dumps)
+        if warm and loaded:
             grown = {
-                k: n - max(w["types"].get(k, 0) for w in warm) for k, n in dumps[0]["types"].items()
+                k: n - max(w["types"].get(k, 0) for w in warm)
+                for k, n in loaded[0]["types"].items()
             }
-            print("\nObjects more numerous after the load than after the warm-up (worker 1):")
+            print("\nObjects more numerous right after the load than after the warm-up (worker 1):")
             for k, n in sorted(grown.items(), key=lambda kv: -kv[1])[: args.top]:
                 print(f"  {k}: +{n:,}")
         if dumps:
@@ -370,7 +375,7 @@ def print_states(stage: str, dumps: list[dict[str, Any]]) -> None:
     for i, dump in enumerate(dumps):
         heap = dump["malloc"]
         print(
-            f"\nworker {i + 1}, {stage}: {dump['threads']} threads, "
+            f"\nworker {i + 1}, {stage}: {dump['threads']} threads {dump['thread_names']}, "
             f"{dump['objects']:,} gc-tracked objects, "
             f"{dump['blocks']:,} Python memory blocks in use; malloc: "
             + ", ".join(f"{k} {v:.1f} MiB" for k, v in heap.items())
