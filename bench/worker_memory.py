@@ -8,8 +8,9 @@ upstream; each worker's RSS, PSS and USS read from ``/proc`` at every stage.
         --redis-url redis://127.0.0.1:6379/0
 
 Stages: idle after start; after a warm-up; after ``--requests`` non-stream requests at
-16 clients (0 ms upstream); after ``--slow-clients`` clients for ``--seconds`` s against
-a 1 s upstream (what bench/gateways.py ends with before it reads RSS).
+16 clients (0 ms upstream); right after ``--slow-clients`` clients for ``--seconds`` s
+against a 1 s upstream (what bench/gateways.py ends with before it reads RSS); and
+``--settle`` s later, when the requests still in flight have been answered.
 
 * RSS = ``VmRSS`` (``/proc/<pid>/status``): every page the worker maps and touched,
   shared ones included — what issue 14's target "RSS ≤ 150 MiB per worker" counts;
@@ -17,13 +18,15 @@ a 1 s upstream (what bench/gateways.py ends with before it reads RSS).
   processes that share them; the sum over master + workers is the box's real cost;
 * USS = ``Private_Clean + Private_Dirty``: what the worker alone holds (freed if it dies).
 
-``--modules`` (default on) also reports the worker's own imports: the gunicorn config
-is the shipped file plus a ``post_worker_init`` hook (in a temporary wrapper, nothing
-else changed) that makes a worker write its ``sys.modules`` on SIGUSR2, sent after the
-load; then a fresh
-interpreter imports the same modules with :mod:`tracemalloc` on and every import timed
-by what it allocates itself (its own module body, not the modules it imports), grouped
-by top-level package.
+Unless ``--no-modules``, the gunicorn config is the shipped file plus a
+``post_worker_init`` hook (in a temporary wrapper, nothing else changed) that makes a
+worker report on SIGUSR2 — its threads by name, gc-tracked objects by type, Python memory
+blocks, glibc's malloc counters and ``sys.modules`` — sent after the warm-up, right after
+the slow load and at the end; the script prints the object types that grew under load,
+each worker's RSS by kind of mapping (``/proc/<pid>/smaps``), and what each package's
+imports allocate: a fresh interpreter imports the worker's modules with
+:mod:`tracemalloc` on, each import measured by what it allocates itself (its own module
+body, not the modules it imports), grouped by top-level package.
 """
 
 from __future__ import annotations
@@ -58,7 +61,7 @@ SHIPPED = ROOT / "gunicorn.conf.py"
 
 WRAPPER = '''\
 # The shipped gunicorn.conf.py, unchanged, plus a post_worker_init hook that makes the
-# worker write its sys.modules on SIGUSR2 (bench/worker_memory.py). Nothing else differs.
+# worker write a report on SIGUSR2 (bench/worker_memory.py). Nothing else differs.
 exec(compile(open({shipped!r}).read(), {shipped!r}, "exec"))
 
 
@@ -86,10 +89,9 @@ def post_worker_init(worker):
     import os as _os
     import signal as _signal
     import sys as _sys
-    import tracemalloc as _tm
 
     def _dump(signum, frame):
-        report = {{"modules": list(_sys.modules), "traced": [], "malloc": malloc_info()}}
+        report = {{"modules": list(_sys.modules), "malloc": malloc_info()}}
         report["blocks"] = _sys.getallocatedblocks()
         import gc as _gc
         _objects = _gc.get_objects()
@@ -108,11 +110,10 @@ def post_worker_init(worker):
             key = t.name.rstrip("0123456789_-")
             names[key] = names.get(key, 0) + 1
         report["thread_names"] = names
-        if _tm.is_tracing():
-            stats = _tm.take_snapshot().statistics("filename")
-            report["traced"] = [(s.traceback[0].filename, s.size) for s in stats]
-        with open({out!r} + "." + str(_os.getpid()), "w") as _f:
+        _path = {out!r} + "." + str(_os.getpid())
+        with open(_path + ".tmp", "w") as _f:
             _json.dump(report, _f)
+        _os.replace(_path + ".tmp", _path)  # the bench never reads half a report
 
     _signal.signal(_signal.SIGUSR2, _dump)
 '''
@@ -351,8 +352,6 @@ def main() -> None:
                 print(f"  {k}: +{n:,}")
         if dumps:
             names = dumps[0]["modules"]
-            if dumps[0]["traced"]:
-                traced_report(dumps[0]["traced"], args.top)
             module_report(names, app_env(args, 0), args.top)
 
 
@@ -398,30 +397,6 @@ def dump_workers(master: int, out: str) -> list[dict[str, Any]]:
                 break
             time.sleep(0.2)
     return reports
-
-
-def traced_report(traced: list[tuple[str, int]], top: int) -> None:
-    """tracemalloc's live allocations in the worker (PYTHONTRACEMALLOC set), by the
-    package of the innermost Python frame that allocated them."""
-    by_package: dict[str, int] = {}
-    for filename, size in traced:
-        by_package[package_of(filename)] = by_package.get(package_of(filename), 0) + size
-    total = sum(by_package.values())
-    print(f"\n### Live Python allocations in a worker after the load: {total / 2**20:.1f} MiB\n")
-    print("| allocated in | MiB |")
-    print("|---|---:|")
-    for package, size in sorted(by_package.items(), key=lambda kv: -kv[1])[:top]:
-        print(f"| {package} | {size / 2**20:.1f} |")
-
-
-def package_of(filename: str) -> str:
-    if "site-packages/" in filename:
-        return filename.split("site-packages/", 1)[1].split("/", 1)[0].removesuffix(".py")
-    if filename.startswith(str(ROOT)):
-        return filename[len(str(ROOT)) + 1 :].split("/", 1)[0].removesuffix(".py")
-    if filename.startswith("<"):
-        return filename
-    return "stdlib:" + Path(filename).name
 
 
 def requests_at(url: str, headers: dict[str, str], count: int, *, clients: int) -> int:
