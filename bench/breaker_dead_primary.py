@@ -156,6 +156,7 @@ def main() -> None:
             rows = [server_scenario(kind, args) for kind in args.server]
         for r in rows:
             print(r["label"], "dead-primary hits (s):", " ".join(f"{h:.2f}" for h in r["hits"]))
+            print(" half-open moments (s):", " ".join(f"{s['at']:.2f}" for s in r["steps"]))
         print(server_table(rows))
         return
     with tempfile.TemporaryDirectory() as tmp:
@@ -336,8 +337,10 @@ entries = ["{healthy_name}"]
     openings, probes = _breaker_events(logs, dead_name, started_at)
     # Half-open moment k: when the k-th (re)opening's cooldown ends. A step runs from one
     # such moment to the next: its first probe claim is the probe, any other claim in
-    # it (even one made while the circuit is open again) is an extra probe.
-    moments = [at + cooldown for at, cooldown in openings]
+    # it (even one made while the circuit is open again) is an extra probe. The
+    # "opened" line is logged a few ms after the cooldown started (the observing call's
+    # clock reading, then two cache round trips): moments start LOG_LAG_S early.
+    moments = [at + cooldown - LOG_LAG_S for at, cooldown in openings]
     bounds = [*moments, float("inf")]
     steps = [
         {
@@ -364,6 +367,8 @@ entries = ["{healthy_name}"]
     }
 
 
+#: Below the smallest cooldown step (1 s), above the log lines' lag behind the clock.
+LOG_LAG_S = 0.25
 LOG_LINE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) \w+ \S+ \[[^\]]*\] (.*)$")
 
 
