@@ -646,6 +646,7 @@ def run_asgi(args: argparse.Namespace) -> None:
             if not all(o.ok for o in warm.outcomes):
                 raise SystemExit(f"warm-up failed: {[o for o in warm.outcomes if not o.ok][:3]}")
             answered_ids += [o.request_id for o in warm.outcomes if o.request_id]
+            print(f"server: master {server.pid}, workers {children(server.pid)}", flush=True)
             for n in args.n:
                 direct = asyncio.run(
                     a_level(
