@@ -700,7 +700,8 @@ def run_asgi(args: argparse.Namespace) -> None:
             "`LLM_ROUTING_RECORD_MODE=write_behind`; every stream "
             f"{args.chunks} content chunks spread over {args.stream_seconds:g} s (the first "
             f'at once); {ramp}; "direct" = the same client straight to the same fake '
-            "upstream, just before. TTFT = request sent → first content chunk read.",
+            "upstream, just before (its server CPU: the fake upstream's). TTFT = request "
+            "sent → first content chunk read.",
             "",
             "| streams | path | completed (exact text + `[DONE]`) | errors | TTFT p50 ms "
             "| TTFT p99 ms | TTFT overhead p50 / p99 ms | median stream s | wall s "
