@@ -380,6 +380,32 @@ def test_a_half_open_read_made_stale_by_a_failed_probe_does_not_make_a_second_pr
     assert breaker.allow(CONFIG) and breaker.is_probe(CONFIG)  # the next step's probe
 
 
+def test_a_late_failure_read_half_open_does_not_undo_the_probes_reopening(
+    clock: FakeClock,
+) -> None:
+    """A call admitted before the circuit opened fails while it is half-open (another
+    worker): it reads the record, the probe fails and re-opens the circuit, then the
+    late call would write its (stale, expired) record back — half-open again, and the
+    next caller probes at once. Its update is health only: it is not written."""
+    trip()
+    clock.advance(1.0)
+    late_worker = CircuitStore(clock=clock)
+    late = late_worker._observe_all(CONFIG, result(False))
+    method, *args = next(late)
+    assert method == "get"
+    expired = late_worker._cache_call(method, *args)  # the step-1 record, half-open
+
+    def probe_fails() -> None:
+        assert breaker.allow(CONFIG) and breaker.is_probe(CONFIG)
+        breaker.observe(CONFIG, result(False))
+
+    contextvars.copy_context().run(probe_fails)
+    _drive(late_worker, late, expired)
+    circuit = breaker.store.load("primary", "gpt-x")
+    assert circuit.phase(clock()) == OPEN and circuit.open_until == clock() + 2.0
+    assert not breaker.allow(CONFIG)  # no second probe in this cooldown step
+
+
 def test_a_half_open_read_made_stale_by_a_probe_success_is_a_plain_call(
     clock: FakeClock,
 ) -> None:

@@ -29,7 +29,9 @@ neither stores in the Django cache nor knows the router's failure taxonomy.
 A cache that errors or is unreachable never breaks routing: the store falls back to
 process-local state, logs that once, and tries the cache again after
 :data:`CACHE_RETRY_S`. Counts are read-modify-write and therefore best effort under
-concurrency; the single-probe guarantee rests on the atomic add and that second read.
+concurrency; the single-probe guarantee rests on the atomic add, that second read, and
+no write from a non-probe failure while half-open (it could restore an expired record
+over the probe's re-opening).
 """
 
 from __future__ import annotations
@@ -679,6 +681,11 @@ class CircuitStore:
             after = on_success(before, now, policy)
         else:
             error = result.error or ErrorInfo(category="response", message="")
+            if not probe and before.phase(now) == HALF_OPEN:
+                # A call admitted before the circuit opened, failing while the probe
+                # decides: its update is health only, and writing it back could undo
+                # the probe's re-opening written in between (read-modify-write).
+                return
             after = on_failure(before, now, policy, error, probe=probe)
         yield ("set", key, after.to_record(), RECORD_TTL_S)
         was, now_phase = before.phase(now), after.phase(now)
