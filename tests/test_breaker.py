@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextvars
 import logging
+from collections.abc import Generator
 from dataclasses import replace
+from typing import Any
 
 import pytest
 from django.core.exceptions import ImproperlyConfigured
@@ -338,6 +341,89 @@ def test_two_stores_on_one_cache_share_state(clock: FakeClock) -> None:
     clock.advance(1.0)
     assert other_process.allow(CONFIG)
     assert not breaker.allow(CONFIG)  # the other store holds the single probe slot
+
+
+def _drive(store: CircuitStore, ops: Generator[tuple[Any, ...], Any, bool], value: Any) -> bool:
+    """Finish a decision generator of ``store`` from ``value`` on (its cache calls)."""
+    while True:
+        try:
+            method, *args = ops.send(value)
+        except StopIteration as stop:
+            return bool(stop.value)
+        value = store._cache_call(method, *args)
+
+
+def test_a_half_open_read_made_stale_by_a_failed_probe_does_not_make_a_second_probe(
+    clock: FakeClock,
+) -> None:
+    """Another worker reads the circuit half-open; before it claims the probe slot, the
+    probe fails, re-opens the circuit and frees the slot. Its claim must not become a
+    second probe in the same cooldown moment (measured with two gunicorn workers:
+    docs/benchmarks-breaker.md)."""
+    trip()
+    clock.advance(1.0)
+    other_worker = CircuitStore(clock=clock)
+    late = other_worker._allow(CONFIG)  # its allow(), one cache call at a time
+    method, *args = next(late)
+    assert method == "get"
+    half_open = other_worker._cache_call(method, *args)  # reads the circuit half-open
+
+    def probe_fails() -> None:
+        assert breaker.allow(CONFIG) and breaker.is_probe(CONFIG)
+        breaker.observe(CONFIG, result(False))
+
+    contextvars.copy_context().run(probe_fails)
+    assert breaker.store.load("primary", "gpt-x").phase(clock()) == OPEN  # for 2 s
+    assert not _drive(other_worker, late, half_open)  # skips: no probe while open
+    assert not other_worker.is_probe(CONFIG)
+    clock.advance(2.0)
+    assert breaker.allow(CONFIG) and breaker.is_probe(CONFIG)  # the next step's probe
+
+
+def test_a_late_failure_read_half_open_does_not_undo_the_probes_reopening(
+    clock: FakeClock,
+) -> None:
+    """A call admitted before the circuit opened fails while it is half-open (another
+    worker): it reads the record, the probe fails and re-opens the circuit, then the
+    late call would write its (stale, expired) record back — half-open again, and the
+    next caller probes at once. Its update is health only: it is not written."""
+    trip()
+    clock.advance(1.0)
+    late_worker = CircuitStore(clock=clock)
+    late = late_worker._observe_all(CONFIG, result(False))
+    method, *args = next(late)
+    assert method == "get"
+    expired = late_worker._cache_call(method, *args)  # the step-1 record, half-open
+
+    def probe_fails() -> None:
+        assert breaker.allow(CONFIG) and breaker.is_probe(CONFIG)
+        breaker.observe(CONFIG, result(False))
+
+    contextvars.copy_context().run(probe_fails)
+    _drive(late_worker, late, expired)
+    circuit = breaker.store.load("primary", "gpt-x")
+    assert circuit.phase(clock()) == OPEN and circuit.open_until == clock() + 2.0
+    assert not breaker.allow(CONFIG)  # no second probe in this cooldown step
+
+
+def test_a_half_open_read_made_stale_by_a_probe_success_is_a_plain_call(
+    clock: FakeClock,
+) -> None:
+    trip()
+    clock.advance(1.0)
+    other_worker = CircuitStore(clock=clock)
+    late = other_worker._allow(CONFIG)
+    method, *args = next(late)
+    half_open = other_worker._cache_call(method, *args)
+
+    def probe_succeeds() -> None:
+        assert breaker.allow(CONFIG)
+        breaker.observe(CONFIG, result(True))
+
+    contextvars.copy_context().run(probe_succeeds)
+    assert _drive(other_worker, late, half_open)  # closed now: allowed, as no probe
+    assert not other_worker.is_probe(CONFIG)
+    assert breaker.allow(CONFIG) and not breaker.is_probe(CONFIG)  # no slot left held
 
 
 @override_settings(

@@ -13,8 +13,10 @@ States: ``closed`` → (``BREAKER_FAILURE_THRESHOLD`` consecutive transient fail
 one 429 whose Retry-After exceeds ``RETRY_AFTER_CAP_S``) → ``open`` for the next step of
 the ``BREAKER_COOLDOWNS_S`` ladder (capped at ``BREAKER_COOLDOWN_MAX_S``) → ``half_open``
 once the cooldown has passed: exactly one probe request goes through, across all
-processes, guarded by an atomic ``cache.add`` with a TTL; everyone else skips the
-candidate as ``circuit_open``. The probe's success closes the circuit, its failure
+processes, guarded by an atomic ``cache.add`` with a TTL and a second read of the
+circuit once the slot is taken (a claim made on a "half-open" read that a just-finished
+probe has made stale is given back); everyone else skips the candidate as
+``circuit_open``. The probe's success closes the circuit, its failure
 re-opens it with the next ladder step. ``BREAKER_RESET_AFTER_S`` without a counted
 failure ends the streak (ladder back to the first step). Only transient failures count
 (the failure policy table): client errors never open a circuit and ``context_length`` never
@@ -27,7 +29,9 @@ neither stores in the Django cache nor knows the router's failure taxonomy.
 A cache that errors or is unreachable never breaks routing: the store falls back to
 process-local state, logs that once, and tries the cache again after
 :data:`CACHE_RETRY_S`. Counts are read-modify-write and therefore best effort under
-concurrency; the single-probe guarantee rests only on the atomic add.
+concurrency; the single-probe guarantee rests on the atomic add, that second read, and
+no write from a non-probe failure while half-open (it could restore an expired record
+over the probe's re-opening).
 """
 
 from __future__ import annotations
@@ -574,6 +578,17 @@ class CircuitStore:
         token = uuid.uuid4().hex
         if not (yield ("add", key + ":probe", token, math.ceil(ttl))):
             return False
+        # The slot may be free because a probe has just finished: it wrote the circuit,
+        # then freed the slot, after this call read "half-open". Read again, so a failed
+        # probe's re-opening is not followed by a second probe in the same moment.
+        latest = Circuit.from_record(config.name, config.model, (yield ("get", key)))
+        phase = latest.phase(self.clock())
+        if phase != HALF_OPEN:
+            yield ("delete", key + ":probe")  # the slot this call just took
+            if phase == CLOSED:  # the probe succeeded: a plain call
+                _remember(key, latest)
+                return True
+            return False
         _holding(key, token)
         logger.info("Circuit %s/%s half-open: this call is the probe.", config.name, config.model)
         return True
@@ -666,6 +681,11 @@ class CircuitStore:
             after = on_success(before, now, policy)
         else:
             error = result.error or ErrorInfo(category="response", message="")
+            if not probe and before.phase(now) == HALF_OPEN:
+                # A call admitted before the circuit opened, failing while the probe
+                # decides: its update is health only, and writing it back could undo
+                # the probe's re-opening written in between (read-modify-write).
+                return
             after = on_failure(before, now, policy, error, probe=probe)
         yield ("set", key, after.to_record(), RECORD_TTL_S)
         was, now_phase = before.phase(now), after.phase(now)
