@@ -719,6 +719,25 @@ def test_a_large_async_pool_is_split_into_shards_holding_the_limits() -> None:
     assert len(one.shards) == 1 and one.shards[0]._pool._max_connections == 1
 
 
+def test_every_pool_shares_one_tls_context(make_adapter: Any) -> None:
+    """Loading the CA store costs tens of ms of CPU: one context per shard made an
+    adapter's first call on an event loop load it 32 times with the loop blocked (over
+    a second on the CI box, enough to spend a 0.5 s request deadline before the request
+    was sent; tests/test_service_async_upstream.py). One context per process instead,
+    shared by every shard, the sync transport and every adapter."""
+    from llm_routing.providers.base import ShardedAsyncTransport, tls_context
+
+    async def contexts_of(adapter: Any) -> set[int]:
+        transport = adapter.aclient._transport
+        assert isinstance(transport, ShardedAsyncTransport) and len(transport.shards) > 1
+        return {id(shard._pool._ssl_context) for shard in transport.shards}
+
+    first, second = make_adapter("openai"), make_adapter("anthropic")
+    shared = asyncio.run(contexts_of(first)) | asyncio.run(contexts_of(second))
+    shared.add(id(first.client._transport._pool._ssl_context))
+    assert shared == {id(tls_context())}
+
+
 @override_settings(LLM_ROUTING={"HTTP_MAX_CONNECTIONS": 64, "HTTP_MAX_KEEPALIVE": 64})
 def test_concurrent_calls_are_spread_over_the_shards(
     make_adapter: MakeAdapter, fake_upstream: FakeUpstream

@@ -23,6 +23,7 @@ import json
 import logging
 import math
 import os
+import ssl
 import threading
 import time
 import weakref
@@ -272,7 +273,9 @@ class HttpProvider(BaseProvider):
     def _build_client(self) -> httpx.Client:
         # The limits go to the transport: httpx ignores a client's ``limits`` when it
         # is given a transport.
-        transport = self._transport or httpx.HTTPTransport(retries=0, limits=pool_limits())
+        transport = self._transport or httpx.HTTPTransport(
+            retries=0, limits=pool_limits(), verify=tls_context()
+        )
         return httpx.Client(**self.client_options(), transport=transport)
 
     def _build_async_client(self) -> httpx.AsyncClient:
@@ -901,6 +904,24 @@ def pool_limits() -> httpx.Limits:
     )
 
 
+_tls_lock = threading.Lock()
+_tls: ssl.SSLContext | None = None
+
+
+def tls_context() -> ssl.SSLContext:
+    """The process's one TLS client context (httpx's defaults, ``SSL_CERT_FILE`` /
+    ``SSL_CERT_DIR`` honoured), shared by every adapter transport. Loading the CA
+    store costs tens of milliseconds of CPU; a context per transport made the first
+    call of an adapter on an event loop load it once per pool shard (32 times with
+    the default limits: over a second with the loop blocked)."""
+    global _tls
+    if _tls is None:
+        with _tls_lock:
+            if _tls is None:
+                _tls = httpx.create_ssl_context()
+    return _tls
+
+
 #: Connections per shard of an async pool (:class:`ShardedAsyncTransport`).
 POOL_SHARD_SIZE = 32
 
@@ -929,7 +950,13 @@ class ShardedAsyncTransport(httpx.AsyncBaseTransport):
             max_keepalive_connections=math.ceil(keepalive / count),
             keepalive_expiry=limits.keepalive_expiry,
         )
-        return cls([httpx.AsyncHTTPTransport(retries=0, limits=shard_limits) for _ in range(count)])
+        verify = tls_context()
+        return cls(
+            [
+                httpx.AsyncHTTPTransport(retries=0, limits=shard_limits, verify=verify)
+                for _ in range(count)
+            ]
+        )
 
     @property
     def shards(self) -> tuple[httpx.AsyncHTTPTransport, ...]:
