@@ -34,7 +34,7 @@ from llm_routing.asgi import get_asgi_application
 from llm_routing.models import Attempt, RoutingDecision
 from llm_routing.resilience import breaker
 from tests.breaker_support import FakeClock
-from tests.conftest import VENDOR_OF_KIND
+from tests.conftest import VENDOR_OF_KIND, make_chain, make_provider
 from tests.fakes.upstream import FakeUpstream, Faults
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -233,20 +233,26 @@ def test_an_open_circuit_is_skipped_without_a_request(
 ) -> None:
     first_and_second(upstream_chain, kind)
     breaker.store.force_open("first", "first-model", 60)
-    audited, chatted, streamed = asgi(
+    audited, audit_streamed, chatted, streamed = asgi(
         token,
         ("/audit/", AUDIT),
+        ("/audit/", {**AUDIT, "stream": True}),
         ("/v1/chat/completions", CHAT),
         ("/v1/chat/completions", {**CHAT, "stream": True}),
     )
+    text, result = audit_stream(audit_streamed)
+    assert text and result["result"]["provider"] == "second"
+    assert result["routing_metadata"]["skipped_providers"] == [
+        {"provider": "first", "reason": "circuit_open"}
+    ]
     meta = audited.json()["routing_metadata"]
     assert audited.json()["result"]["provider"] == "second"
     assert meta["skipped_providers"] == [{"provider": "first", "reason": "circuit_open"}]
     assert audit_attempts(audited.json()) == [("second", "ok", None)]
     assert chatted.status_code == 200 and chatted.headers["X-LLM-Provider"] == "second"
     assert streamed.headers["X-LLM-Provider"] == "second" and chat_text(streamed)
-    assert models_asked(fake_upstream, kind) == ["second-model"] * 3  # never the first
-    for response in (audited, chatted, streamed):
+    assert models_asked(fake_upstream, kind) == ["second-model"] * 4  # never the first
+    for response in (audited, audit_streamed, chatted, streamed):
         assert decision_attempts(response.headers["X-Request-ID"]) == [
             ("first", "skipped", "circuit_open"),
             ("second", "ok", ""),
@@ -260,36 +266,63 @@ def test_an_open_circuit_is_skipped_without_a_request(
 def test_the_request_deadline_cuts_a_hung_upstream(
     token: str, fake_upstream: FakeUpstream, upstream_chain: Callable[..., list[Any]], kind: str
 ) -> None:
-    """A hung upstream under a 0.5 s request deadline: ``/audit/`` is answered by the
-    mock backstop, ``/v1/chat/completions`` (no backstop) with 503 — non-stream and
-    stream, before any byte of an answer; the second candidate is never tried."""
+    """A hung upstream (no answer; a stream's headers, then nothing) under a 0.5 s
+    request deadline: ``/audit/`` is answered by the mock backstop (non-stream and
+    stream), ``/v1/chat/completions`` (no backstop) with 503 before any byte of an
+    answer (non-stream and stream); the second candidate is never tried."""
     first_and_second(upstream_chain, kind)
     vendor = VENDOR_OF_KIND[kind]
-    fake_upstream.script(
-        vendor, Faults.hang(), Faults.hang(), Faults.stream(first_chunk_delay=60.0)
-    )
+    hung_stream = Faults.stream(first_chunk_delay=60.0)  # headers, then nothing
+    fake_upstream.script(vendor, Faults.hang(), hung_stream, Faults.hang(), hung_stream)
     with override_settings(LLM_ROUTING={"REQUEST_DEADLINE_S": 0.5, "DEFAULT_CHAIN": []}):
-        audited, chatted, streamed = asgi(
+        audited, audit_streamed, chatted, streamed = asgi(
             token,
             ("/audit/", AUDIT),
+            ("/audit/", {**AUDIT, "stream": True}),
             ("/v1/chat/completions", CHAT),
             ("/v1/chat/completions", {**CHAT, "stream": True}),
         )
+    text, result = audit_stream(audit_streamed)
+    assert result["result"]["provider"] == "mock" and text == result["result"]["output"]
+    assert audit_attempts(result)[0] == ("first", "error", "budget_exhausted")
     body = audited.json()
     assert body["result"]["provider"] == "mock"
     assert audit_attempts(body) == [("first", "error", "budget_exhausted"), ("mock", "ok", None)]
     skipped = body["routing_metadata"]["skipped_providers"]
     assert skipped == [{"provider": "second", "reason": "budget_exhausted"}]
-    for response in (audited, chatted, streamed):
-        if response is not audited:
+    for response in (audited, audit_streamed, chatted, streamed):
+        if response in (chatted, streamed):
             assert response.status_code == 503, response.text
             assert response.json()["error"]["code"] == "no_provider_available"
         assert decision_attempts(response.headers["X-Request-ID"])[:2] == [
             ("first", "error", "budget_exhausted"),
             ("second", "skipped", "budget_exhausted"),
         ]
-    assert models_asked(fake_upstream, kind) == ["first-model"] * 3
+    assert models_asked(fake_upstream, kind) == ["first-model"] * 4
     assert breaker.store.load("first", "first-model").failures == 0  # the request's deadline
+
+
+# --- the built-in mock kind (no upstream) -------------------------------------------------
+
+
+def test_the_mock_kind_non_stream_and_stream(token: str) -> None:
+    make_chain("main", [make_provider("m", kind="mock", model="")], is_default=True)
+    audited, audit_streamed, chatted, streamed = asgi(
+        token,
+        ("/audit/", AUDIT),
+        ("/audit/", {**AUDIT, "stream": True}),
+        ("/v1/chat/completions", {**CHAT, "model": "main"}),
+        ("/v1/chat/completions", {**CHAT, "model": "main", "stream": True}),
+    )
+    body = audited.json()
+    assert body["result"]["provider"] == "m" and body["result"]["mode"] == "mock"
+    text, result = audit_stream(audit_streamed)
+    assert text == result["result"]["output"] == body["result"]["output"]
+    assert chatted.status_code == 200, chatted.text
+    assert chatted.headers["X-LLM-Provider"] == "m"
+    content = chatted.json()["choices"][0]["message"]["content"]
+    assert content.startswith("[mock] chat:") and chat_text(streamed) == content
+    assert RoutingDecision.objects.count() == 4
 
 
 # --- a real ASGI server: the client goes away mid-stream ----------------------------------
