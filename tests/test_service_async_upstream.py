@@ -200,13 +200,13 @@ def test_an_open_circuit_is_skipped_without_a_request(
 def test_the_request_deadline_cuts_a_hung_upstream(
     fake_upstream: FakeUpstream, upstream_chain: Callable[..., list[Any]], kind: str
 ) -> None:
-    """A hung upstream (no answer for 60 s) under a 0.5 s request deadline: the call is
+    """A hung upstream (no answer for 60 s) under a 1 s request deadline: the call is
     cut by the deadline (``budget_exhausted``, not the provider's own 5 s timeout), the
     second candidate is never tried, the mock backstop answers."""
     first_and_second(upstream_chain, kind)
     vendor = VENDOR_OF_KIND[kind]
     fake_upstream.script(vendor, Faults.hang(), Faults.stream(first_chunk_delay=60.0))
-    with override_settings(LLM_ROUTING={"REQUEST_DEADLINE_S": 0.5, "DEFAULT_CHAIN": []}):
+    with override_settings(LLM_ROUTING={"REQUEST_DEADLINE_S": 1.0, "DEFAULT_CHAIN": []}):
         routed = asyncio.run(llm_routing.aaudit(**AUDIT))
         events = asyncio.run(achat_stream())
 
