@@ -127,7 +127,15 @@ class Server:
 
 
 @pytest.fixture
-def shipped_server(tmp_path: Path, fake_upstream: FakeUpstream) -> Iterator[Server]:
+def record_mode() -> str:
+    """How the server records decisions (a test parametrizes it)."""
+    return "inline"
+
+
+@pytest.fixture
+def shipped_server(
+    tmp_path: Path, fake_upstream: FakeUpstream, record_mode: str
+) -> Iterator[Server]:
     """``gunicorn -c gunicorn.conf.py`` as shipped (no worker class given: uvicorn
     workers), two workers, on this test's database and the suite's Redis prefix."""
     from django.core.cache import caches
@@ -144,6 +152,8 @@ def shipped_server(tmp_path: Path, fake_upstream: FakeUpstream) -> Iterator[Serv
         LLMR_TEST_CACHE_PREFIX=str(cache["KEY_PREFIX"]),
         LLMR_TEST_NO_THROTTLES="1",  # bursts from one token: only the routing is under test
         TEST_PROVIDER_KEY=KEY,
+        LLMR_TEST_RECORD_MODE=record_mode,
+        LLMR_TEST_SPOOL_DIR=str(tmp_path / "spool"),
         GUNICORN_BIND=f"127.0.0.1:{port}",
         WEB_CONCURRENCY="2",
         GUNICORN_ACCESSLOG="",
@@ -306,12 +316,13 @@ def test_a_config_change_is_live_on_both_workers_within_a_second(
 CONCURRENT = 500
 
 
+@pytest.mark.parametrize("record_mode", ["inline", "write_behind"])
 def test_every_answer_of_500_concurrent_requests_has_its_decision_row(
-    shipped_server: Server, fake_upstream: FakeUpstream, token: str
+    shipped_server: Server, fake_upstream: FakeUpstream, token: str, tmp_path: Path
 ) -> None:
     """500 clients at once against a 0.5 s upstream, through the shipped server: every
-    answered request id has its decision row (and its ok attempt) once the server has
-    stopped gracefully (a write-behind queue is flushed by then)."""
+    answered request id has its decision row once the server has stopped gracefully
+    (the write-behind queue is flushed by then), and nothing was left in the spool."""
     _chain(fake_upstream, "a")
     fake_upstream.script("openai", *[Faults.slow(0.5)] * CONCURRENT)
 
@@ -349,3 +360,5 @@ def test_every_answer_of_500_concurrent_requests_has_its_decision_row(
     )
     assert set(ids) - rows == set()
     assert RoutingDecision.objects.filter(request_id__in=ids, status="ok").count() == CONCURRENT
+    spool = tmp_path / "spool"
+    assert not spool.exists() or not any(p.is_file() for p in spool.rglob("*"))
