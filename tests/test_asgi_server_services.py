@@ -5,7 +5,8 @@
 * a configuration change made in another process (this one) is live on every worker
   within 1 s (the staleness bound of docs/production.md, "Caches and their staleness");
 * the decision-row invariant under 500 concurrent requests through the server: every
-  answered request id has its decision row.
+  answered request id has its decision row;
+* a client leaving mid-stream closes the upstream request, for every vendor kind.
 
 Which worker served an upstream request is read from the socket it came from: the fake
 upstream records each request's client port, and /proc says which worker owns it.
@@ -14,6 +15,7 @@ upstream records each request's client port, and /proc says which worker owns it
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import subprocess
@@ -34,7 +36,7 @@ from rest_framework.authtoken.models import Token
 
 from llm_routing.models import Chain, ChainEntry, Provider, RoutingDecision
 
-from .conftest import upstream_fields
+from .conftest import VENDOR_OF_KIND, upstream_fields
 from .fakes.upstream import FakeUpstream, Faults
 from .support import ROOT, clean_env
 
@@ -362,3 +364,52 @@ def test_every_answer_of_500_concurrent_requests_has_its_decision_row(
     assert RoutingDecision.objects.filter(request_id__in=ids, status="ok").count() == CONCURRENT
     spool = tmp_path / "spool"
     assert not spool.exists() or not any(p.is_file() for p in spool.rglob("*"))
+
+
+WORDS = "one two three four five six seven eight nine ten eleven twelve"
+
+
+def test_a_client_leaving_mid_stream_closes_the_upstream_request_for_every_kind(
+    shipped_server: Server, fake_upstream: FakeUpstream, token: str
+) -> None:
+    """Through the shipped server, one chain per vendor kind: the client reads two
+    chunks of a 2.4 s stream and closes its connection; the worker closes the upstream
+    request (the fake server's next write fails) and records ``client_disconnected``."""
+    kinds = ["openai", "openai_compatible", "anthropic", "gemini"]
+    for kind in kinds:
+        chain = Chain.objects.create(name=f"k-{kind}")
+        fields = upstream_fields(f"p-{kind}", kind, fake_upstream)
+        row = Provider.objects.create(**{**fields, "supports_streaming": True})
+        ChainEntry.objects.create(chain=chain, provider=row, position=0)
+    for done, kind in enumerate(kinds):
+        fake_upstream.script(VENDOR_OF_KIND[kind], Faults.stream(text=WORDS, interval=0.2))
+        body = {**CHAT, "model": f"k-{kind}", "stream": True}
+        received: list[str] = []
+        with (
+            httpx.Client(base_url=shipped_server.base, timeout=30) as client,
+            client.stream(
+                "POST",
+                "/v1/chat/completions",
+                json=body,
+                headers={"Authorization": f"Bearer {token}"},
+            ) as response,
+        ):
+            assert response.status_code == 200, response.read()
+            request_id = response.headers["X-Request-ID"]
+            for line in response.iter_lines():
+                if line.startswith("data: {"):
+                    delta = json.loads(line[len("data: ") :])["choices"][0]["delta"]
+                    if delta.get("content"):
+                        received.append(delta["content"])
+                if len(received) == 2:
+                    break
+        assert received == ["one", " two"], kind
+        deadline = time.monotonic() + 10
+        while fake_upstream.disconnects < done + 1:
+            assert time.monotonic() < deadline, f"{kind}: the upstream request was left open"
+            time.sleep(0.05)
+        while not RoutingDecision.objects.filter(request_id=request_id).exists():
+            assert time.monotonic() < deadline + 10, f"{kind}: no decision row"
+            time.sleep(0.1)
+        attempt = RoutingDecision.objects.get(request_id=request_id).attempts.get()
+        assert (attempt.provider, attempt.error_category) == (f"p-{kind}", "client_disconnected")
