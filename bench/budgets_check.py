@@ -8,7 +8,9 @@ Variants, each timed per call (median and p95 of the per-round medians):
 - ``no budget``: no Budget row at all (the cached empty row list: no query, no cache);
 - ``3 budgets, LocMem``: a user, a group and a token budget under the process lock;
 - ``3 budgets, Redis``: the same through the Lua script (one round trip), plus the
-  settle of the answer's tokens (a second round trip) in ``+ settle``.
+  settle of the answer's tokens (a second round trip) in ``+ settle``; without it, the
+  request's end releases its place in flight in the tokens-capped budget (the second
+  round trip of a request that never settles, e.g. an async job's submission).
 
 The database is a throwaway SQLite file; the budgets are never exhausted.
 """
@@ -92,6 +94,7 @@ def main() -> None:
                     budgets.check(principal, token)
                     if settle:
                         budgets.settle(7)
+                    budgets.forget()  # the request's end (after a settle: nothing to do)
                 return (time.perf_counter() - start) / args.calls * 1e6
 
         return run
@@ -99,7 +102,7 @@ def main() -> None:
     variants = {
         "no budget": timed(locmem, False, False),
         "3 budgets, LocMem": timed(locmem, True, False),
-        "3 budgets, Redis (check)": timed(redis_cache, True, False),
+        "3 budgets, Redis (check + release)": timed(redis_cache, True, False),
         "3 budgets, Redis (check + settle)": timed(redis_cache, True, True),
     }
     samples = interleaved_samples(variants, rounds=args.rounds, warmup=1)

@@ -16,13 +16,20 @@ other scope goes to the wrapped application unchanged::
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import django
+from asgiref.sync import SyncToAsync, sync_to_async
+from django.core import signals
+from django.core.exceptions import RequestAborted
 from django.core.handlers import base
-from django.core.handlers.asgi import ASGIHandler
+from django.core.handlers.asgi import ASGIHandler, get_script_prefix
+from django.dispatch import Signal
+from django.http.response import HttpResponseBase
+from django.urls import set_script_prefix
 
 __all__ = [
     "InlineMiddlewareASGIHandler",
@@ -32,6 +39,12 @@ __all__ = [
 ]
 
 logger = logging.getLogger("llm_routing.asgi")
+
+_sniffio: Any
+try:  # anyio's (and so httpcore's) way to learn the running async library
+    import sniffio as _sniffio
+except ImportError:  # anyio then asks asyncio itself
+    _sniffio = None
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[Any]]
@@ -70,10 +83,54 @@ def with_lifespan(app: ASGIApp) -> ASGIApp:
     return application
 
 
+#: ``request_started`` / ``request_finished`` receivers that do no blocking I/O on the
+#: event loop: the database's close_old_connections and reset_queries (the loop's thread
+#: holds no connection: Django refuses the ORM there), closing the caches (per async
+#: context, as Django's does), the URLconf reset, and this app's budget grant cleanup.
+LOOP_SAFE_RECEIVERS = frozenset(
+    {
+        "django.db.close_old_connections",
+        "django.db.reset_queries",
+        "django.core.cache.close_caches",
+        "django.core.handlers.base.reset_urlconf",
+        "llm_routing.budgets._on_request_finished",
+    }
+)
+
+
+def _loop_safe(signal: Signal, sender: Any) -> bool:
+    """Every live receiver of ``signal`` is in :data:`LOOP_SAFE_RECEIVERS`."""
+    try:
+        sync_receivers, async_receivers = signal._live_receivers(sender)
+    except Exception:  # a Django whose private API moved: Django's own (threaded) way
+        return False
+    return not async_receivers and all(
+        f"{getattr(r, '__module__', '')}.{getattr(r, '__qualname__', '')}" in LOOP_SAFE_RECEIVERS
+        for r in sync_receivers
+    )
+
+
+def _request_thread_used() -> bool:
+    """Whether this request ran sync code in its own thread (Django's per-request
+    ``ThreadSensitiveContext``: a sync view, a middleware hook, a session save): its
+    database connections live in that thread and are closed there, so the end of the
+    request goes there too."""
+    context = SyncToAsync.thread_sensitive_context.get(None)
+    return context is None or context in SyncToAsync.context_to_thread_executor
+
+
 class InlineMiddlewareASGIHandler(ASGIHandler):
-    """Django's ASGI handler that loads :mod:`llm_routing.inline_middleware`'s subclasses
-    in place of Django's stock middleware named in ``MIDDLEWARE``: their hooks run on
-    the event loop instead of hopping, twice each, to Django's one shared thread."""
+    """Django's ASGI handler with two changes that keep a request on the event loop:
+
+    * it loads :mod:`llm_routing.inline_middleware`'s subclasses in place of Django's
+      stock middleware named in ``MIDDLEWARE``: their hooks run on the loop instead of
+      hopping, twice each, to a thread;
+    * ``request_started`` and ``request_finished`` (sent by ``response.close()``) run
+      inline when every receiver is in :data:`LOOP_SAFE_RECEIVERS` and the request used
+      no per-request thread; Django starts a thread per request for them otherwise
+      (measured: docs/benchmarks.md). Any other receiver, or a request that ran sync
+      code in its thread (a sync view, the admin), gets Django's own handling.
+    """
 
     def load_middleware(self, is_async: bool = False) -> None:
         from .inline_middleware import INLINE
@@ -88,6 +145,86 @@ class InlineMiddlewareASGIHandler(ASGIHandler):
             super().load_middleware(is_async=is_async)
         finally:
             setattr(base, "import_string", stock)  # noqa: B010
+
+    async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Django 5.2's ``ASGIHandler.handle`` (same steps, same order), with the two
+        signals sent by :meth:`_started` and :meth:`_close`.
+
+        It also says once per request that this is asyncio (sniffio's context variable,
+        as ``anyio.run`` sets it): httpcore asks anyio which library runs on every
+        socket read and write, and sniffio otherwise finds out by asking asyncio each
+        time (measured: docs/benchmarks.md)."""
+        if _sniffio is not None:
+            _sniffio.current_async_library_cvar.set("asyncio")
+        try:
+            body_file = await self.read_body(receive)
+        except RequestAborted:
+            return
+        set_script_prefix(get_script_prefix(scope))
+        await self._started(scope)
+        request, error_response = self.create_request(scope, body_file)
+        if request is None:
+            assert error_response is not None  # Django's create_request: one of the two
+            body_file.close()
+            await self.send_response(error_response, send)
+            await self._close(error_response)
+            return
+
+        async def process_request(request: Any, send: Send) -> HttpResponseBase:
+            response = await self.run_get_response(request)
+            try:
+                await self.send_response(response, send)
+            except asyncio.CancelledError:
+                pass  # the client disconnected during send_response
+            return response
+
+        tasks = [
+            asyncio.create_task(self.listen_for_disconnect(receive)),
+            asyncio.create_task(process_request(request, send)),
+        ]
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        for task in tasks:
+            if task.done():
+                try:
+                    task.result()
+                except RequestAborted:
+                    pass  # a client disconnect
+                except AssertionError:
+                    body_file.close()
+                    raise
+            else:
+                task.cancel()  # views may handle the cancellation
+                try:
+                    await task
+                except asyncio.CancelledError:
+                    pass
+        try:
+            response = tasks[1].result()
+        except asyncio.CancelledError:
+            if _loop_safe(signals.request_finished, self.__class__) and not (
+                _request_thread_used()
+            ):
+                signals.request_finished.send(sender=self.__class__)
+            else:
+                await signals.request_finished.asend(sender=self.__class__)
+        else:
+            if response is not None:
+                await self._close(response)
+        body_file.close()
+
+    async def _started(self, scope: Scope) -> None:
+        if _loop_safe(signals.request_started, self.__class__):
+            signals.request_started.send(sender=self.__class__, scope=scope)
+        else:
+            await signals.request_started.asend(sender=self.__class__, scope=scope)
+
+    async def _close(self, response: HttpResponseBase) -> None:
+        """``response.close()`` (it sends ``request_finished``), inline when safe."""
+        sender = getattr(response, "_handler_class", self.__class__)
+        if _loop_safe(signals.request_finished, sender) and not _request_thread_used():
+            response.close()
+        else:
+            await sync_to_async(response.close)()
 
 
 def get_asgi_application() -> ASGIApp:

@@ -9,10 +9,14 @@ everyone, per window (docs/budgets.md).
   script, so it holds across workers and hosts; on any other cache (LocMem in the
   embedded setup) it is the cache's own operations under a process lock — the same
   semantics within one process, per process across several.
-* **After the answer** the tokens (and the cost, when the result carries one) are
-  added to the same window counters (:func:`settle`). Nothing is reserved up front, so a
-  tokens or cost cap can be overshot by at most the usage of the requests in flight
-  when it was reached; a request cap never is.
+* **After the answer** the routed request's tokens and cost (every attempt's, from
+  ``request_routed``; the cost from :mod:`llm_routing.pricing`) are added to the same
+  window counters (:func:`settle`). A budget with a tokens or cost cap also keeps the
+  requests in flight in it (a set in the cache, each with a lease) and the largest
+  usage one request has settled in it (its *peak*): a request is let in only while
+  ``used + in_flight * peak`` stays under the cap (while the peak is unknown, only when
+  none is in flight). So such a cap is overshot by at most one request's usage, unless
+  a request uses more than the peak; a request cap is never overshot.
 * **Windows** are UTC calendar windows (minute, hour, day, month) keyed by their start;
   the keys expire shortly after the window ends.
 * **Soft threshold**: :data:`budget_threshold_reached` fires once per budget and window,
@@ -27,26 +31,31 @@ Counter keys carry the budget's name, never its subject (a token key is a secret
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import logging
 import math
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
+from asgiref.sync import sync_to_async
 from django.core.cache import caches
 from django.core.cache.backends.base import BaseCache
+from django.core.cache.backends.locmem import LocMemCache
 from django.db.models.signals import post_delete, post_save
 from django.dispatch import Signal
 
+from .cache import async_redis, routing_cache
 from .conf import routing_settings
 from .models import Budget
 from .signals import send
-from .types import Principal
+from .types import Principal, RoutingResult
 
 __all__ = [
     "CACHE_RETRY_S",
@@ -54,6 +63,7 @@ __all__ = [
     "Grant",
     "Refusal",
     "Usage",
+    "acheck",
     "applicable",
     "budget_threshold_reached",
     "check",
@@ -77,6 +87,8 @@ CACHE_RETRY_S = 5.0
 FAIL_OPEN_LOG_INTERVAL_S = 60.0
 #: Counter keys outlive their window by this much (late settlements still land).
 KEY_GRACE_S = 120
+#: Retry-After of a request refused while the requests in flight hold a budget's room.
+IN_FLIGHT_RETRY_S = 1
 #: Cost is counted in nano-dollars (integers: atomic INCRBY, exact sums); a request's
 #: cost is rounded up to the next nano-dollar, so sums never undercount.
 NANO = 1_000_000_000
@@ -97,10 +109,14 @@ class Refusal:
     detail: str
     status: int = 429
     code: str = "budget_exceeded"
+    #: Retry-After when it is not the window's reset (requests in flight).
+    retry_s: int | None = None
 
     @property
     def retry_after(self) -> int:
         """Seconds until the window resets (at least 1)."""
+        if self.retry_s is not None:
+            return self.retry_s
         if self.reset_at is None:
             return int(CACHE_RETRY_S)
         return max(1, math.ceil(self.reset_at.timestamp() - clock()))
@@ -126,10 +142,15 @@ class Usage:
 
 @dataclass
 class Grant:
-    """The budgets a request was counted in (their window keys), settled after the answer."""
+    """The budgets a request was counted in (their window keys), settled after the answer.
+
+    ``member`` names the request in the in-flight set of each budget with a tokens or
+    cost cap (released when it is settled or forgotten)."""
 
     budgets: list[Budget] = field(default_factory=list)
     starts: list[int] = field(default_factory=list)
+    member: str = ""
+    released: bool = False
 
 
 # --- windows and keys -------------------------------------------------------------------
@@ -158,6 +179,16 @@ def window_bounds(window: str, now: float) -> tuple[datetime, datetime]:
 
 def _key(budget: Budget, start: int, metric: str) -> str:
     return f"llmr:budget:{budget.name}:{budget.window}:{start}:{metric}"
+
+
+def _peak_key(budget: Budget, metric: str) -> str:
+    """The largest tokens / cost one request has used in this budget (any window)."""
+    return f"llmr:budget:{budget.name}:peak:{metric}"
+
+
+def _reserves(budget: Budget) -> bool:
+    """Whether the budget holds room for requests in flight (it caps tokens or cost)."""
+    return budget.max_tokens is not None or budget.max_cost_usd is not None
 
 
 def _ttl(budget: Budget, now: float) -> int:
@@ -280,30 +311,106 @@ def applicable(principal: Principal | None, token_key: str | None = None) -> lis
 
 # --- the counters -----------------------------------------------------------------------
 
-# KEYS: per budget i (0-based) requests, tokens, cost keys at 3i+1 … 3i+3.
-# ARGV: n, then per budget ttl, max_requests, max_tokens, max_nano_usd (-1: none).
-# Returns {0, requests_1 … requests_n} when counted, or {i} for the first exhausted
-# budget (1-based) — nothing is counted then.
+#: Checked before the walk, in one step: a budget is exhausted once a counter has
+#: reached its cap; and a budget with a tokens or cost cap also refuses while the
+#: requests in flight in it could use the rest of the room — each counted at the
+#: largest usage one request has settled in the budget (its peak; unknown before the
+#: first settlement, when one request at a time is let in). So a tokens or cost cap is
+#: overshot by at most one request's usage, as long as no request uses more than the
+#: peak (docs/budgets.md).
+#:
+#: KEYS: per budget i (0-based) at 6i+1 … 6i+6: requests, tokens, cost, the in-flight
+#: set (member → lease end, ms), peak tokens, peak cost.
+#: ARGV: n, now (ms), lease end (ms), member, then per budget at 5+4i … 8+4i: ttl,
+#: max_requests, max_tokens, max_nano_usd (-1: none).
+#: Returns {0, requests_1 … requests_n} when counted, {i} for the first exhausted
+#: budget (1-based), else {-i} for the first whose room is held by requests in flight
+#: (an exhausted budget is the better answer: it will not change in a second) —
+#: nothing is counted then.
 _CHECK_LUA = """
 local n = tonumber(ARGV[1])
+local now = tonumber(ARGV[2])
+local used = {}
 for i = 0, n - 1 do
-  local a = 2 + i * 4
+  local k, a = i * 6, 5 + i * 4
   local mr, mt, mc = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
-  local r = tonumber(redis.call('GET', KEYS[i * 3 + 1]) or '0')
-  local t = tonumber(redis.call('GET', KEYS[i * 3 + 2]) or '0')
-  local c = tonumber(redis.call('GET', KEYS[i * 3 + 3]) or '0')
+  local r = tonumber(redis.call('GET', KEYS[k + 1]) or '0')
+  local t = tonumber(redis.call('GET', KEYS[k + 2]) or '0')
+  local c = tonumber(redis.call('GET', KEYS[k + 3]) or '0')
   if (mr >= 0 and r + 1 > mr) or (mt >= 0 and t >= mt) or (mc >= 0 and c >= mc) then
     return {i + 1}
+  end
+  used[i] = {t, c}
+end
+for i = 0, n - 1 do
+  local k, a = i * 6, 5 + i * 4
+  local mt, mc = tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
+  local t, c = used[i][1], used[i][2]
+  if mt >= 0 or mc >= 0 then
+    redis.call('ZREMRANGEBYSCORE', KEYS[k + 4], '-inf', now)
+    local f = redis.call('ZCARD', KEYS[k + 4])
+    if f > 0 then
+      local pt = redis.call('GET', KEYS[k + 5])
+      local pc = redis.call('GET', KEYS[k + 6])
+      if (mt >= 0 and ((not pt) or t + f * tonumber(pt) >= mt))
+          or (mc >= 0 and ((not pc) or c + f * tonumber(pc) >= mc)) then
+        return {-(i + 1)}
+      end
+    end
   end
 end
 local out = {0}
 for i = 0, n - 1 do
-  local r = redis.call('INCR', KEYS[i * 3 + 1])
-  if r == 1 then redis.call('EXPIRE', KEYS[i * 3 + 1], tonumber(ARGV[2 + i * 4])) end
+  local k, a = i * 6, 5 + i * 4
+  local r = redis.call('INCR', KEYS[k + 1])
+  if r == 1 then redis.call('EXPIRE', KEYS[k + 1], tonumber(ARGV[a])) end
+  if tonumber(ARGV[a + 2]) >= 0 or tonumber(ARGV[a + 3]) >= 0 then
+    redis.call('ZADD', KEYS[k + 4], tonumber(ARGV[3]), ARGV[4])
+    redis.call('EXPIRE', KEYS[k + 4], tonumber(ARGV[a]))
+  end
   out[#out + 1] = r
 end
 return out
 """
+
+#: After the answer, in one step: add the request's tokens and cost to every budget it
+#: was counted in, and, in those that hold room for requests in flight, raise the peaks
+#: and take the request out of the in-flight set. Only a request that used tokens says
+#: anything about the peaks (an attempt that failed before any answer used none: a
+#: zero from it would let everything in); its cost may be 0 (a free or unpriced model).
+#:
+#: KEYS: per budget i at 5i+1 … 5i+5: tokens, cost, in-flight set, peak tokens, peak
+#: cost. ARGV: member, tokens, nano-USD, peak ttl, then per budget at 5+2i, 6+2i: ttl,
+#: holds room (1/0). Returns the new tokens and cost counters, per budget.
+_SETTLE_LUA = """
+local member, pttl = ARGV[1], tonumber(ARGV[4])
+local used = {tonumber(ARGV[2]), tonumber(ARGV[3])}
+local out = {}
+for i = 0, #KEYS / 5 - 1 do
+  local k, ttl, holds = i * 5, tonumber(ARGV[5 + 2 * i]), ARGV[6 + 2 * i] == '1'
+  for j = 1, 2 do
+    local v = redis.call('INCRBY', KEYS[k + j], used[j])
+    if redis.call('TTL', KEYS[k + j]) < 0 then redis.call('EXPIRE', KEYS[k + j], ttl) end
+    out[#out + 1] = v
+    if holds then
+      local p = redis.call('GET', KEYS[k + 3 + j])
+      if used[1] > 0 and ((not p) or tonumber(p) < used[j]) then
+        redis.call('SET', KEYS[k + 3 + j], used[j], 'EX', pttl)
+      elseif p then
+        redis.call('EXPIRE', KEYS[k + 3 + j], pttl)
+      end
+    end
+  end
+  if holds then redis.call('ZREM', KEYS[k + 3], member) end
+end
+return out
+"""
+
+#: A peak outlives the windows: the next window starts with what this one learnt.
+PEAK_TTL_S = 40 * 86400
+#: A request's place in the in-flight sets lasts this much past the request deadline
+#: (a worker that died mid-request holds its place no longer).
+LEASE_GRACE_S = 30.0
 
 _lock = threading.Lock()
 
@@ -323,19 +430,8 @@ def _redis(cache: BaseCache) -> Any | None:
 
 _scripts: dict[str, Any] = {}
 
-# KEYS: counters; ARGV: (delta, ttl) per key. Returns the new values.
-_ADD_LUA = """
-local out = {}
-for i = 1, #KEYS do
-  local v = redis.call('INCRBY', KEYS[i], tonumber(ARGV[2 * i - 1]))
-  if redis.call('TTL', KEYS[i]) < 0 then redis.call('EXPIRE', KEYS[i], tonumber(ARGV[2 * i])) end
-  out[i] = v
-end
-return out
-"""
 
-
-def _run(client: Any, source: str, keys: list[str], args: list[int]) -> Any:
+def _run(client: Any, source: str, keys: list[str], args: list[int | str]) -> Any:
     """EVALSHA the script (loaded on first use, reloaded after a Redis restart). Django
     hands out a new client per call: the Script object is kept, the client is passed."""
     script = _scripts.get(source)
@@ -357,46 +453,145 @@ def _exhausted(budget: Budget, r: int, t: int, c: int) -> bool:
     return (mr >= 0 and r + 1 > mr) or (mt >= 0 and t >= mt) or (mc >= 0 and c >= mc)
 
 
+def _held(budget: Budget, t: int, c: int, flying: int, peaks: tuple[int | None, ...]) -> bool:
+    """Whether the requests in flight could use the rest of the room (see _CHECK_LUA)."""
+    if flying == 0:
+        return False
+    _, mt, mc = _caps(budget)
+    pt, pc = peaks
+    return (mt >= 0 and (pt is None or t + flying * pt >= mt)) or (
+        mc >= 0 and (pc is None or c + flying * pc >= mc)
+    )
+
+
+def _lease_s() -> float:
+    return float(routing_settings.REQUEST_DEADLINE_S) + LEASE_GRACE_S
+
+
+def _check_call(
+    cache: BaseCache, budgets: Sequence[Budget], starts: Sequence[int], now: float, member: str
+) -> tuple[list[str], list[int | str]]:
+    """The keys and arguments of :data:`_CHECK_LUA` (the cache's key prefix applied)."""
+    keys: list[str] = []
+    args: list[int | str] = [
+        len(budgets),
+        int(now * 1000),
+        int((now + _lease_s()) * 1000),
+        member,
+    ]
+    for b, start in zip(budgets, starts, strict=True):
+        keys += [_key(b, start, m) for m in (*METRICS, "inflight")]
+        keys += [_peak_key(b, "tokens"), _peak_key(b, "cost")]
+        args += [_ttl(b, now), *_caps(b)]
+    return [cache.make_key(k) for k in keys], args
+
+
 def _count(
-    cache: BaseCache, budgets: Sequence[Budget], starts: Sequence[int], now: float
+    cache: BaseCache, budgets: Sequence[Budget], starts: Sequence[int], now: float, member: str
 ) -> tuple[int, list[int]]:
-    """Check and count one request in every budget: (0, new request counts) or
-    (1-based index of the first exhausted budget, [])."""
-    keys = _keys(budgets, starts)
+    """Check and count one request in every budget: (0, new request counts), or the
+    1-based index of the first exhausted budget (negative: its room is held by the
+    requests in flight) and []."""
+    lease_until = now + _lease_s()
     client = _redis(cache)
     if client is not None:
-        args: list[int] = [len(budgets)]
-        for b in budgets:
-            args += [_ttl(b, now), *_caps(b)]
-        made = [cache.make_key(k) for k in keys]
-        reply = [int(v) for v in _run(client, _CHECK_LUA, made, args)]
+        keys, args = _check_call(cache, budgets, starts, now, member)
+        reply = [int(v) for v in _run(client, _CHECK_LUA, keys, args)]
         return reply[0], reply[1:]
     with _lock:  # LocMem & co: atomic within this process only
+        keys = _keys(budgets, starts)
         values = cache.get_many(keys)
+        used = [
+            tuple(int(values.get(keys[3 * i + j]) or 0) for j in range(3))
+            for i in range(len(budgets))
+        ]
         for i, b in enumerate(budgets):
-            r, t, c = (int(values.get(keys[3 * i + j]) or 0) for j in range(3))
-            if _exhausted(b, r, t, c):
+            if _exhausted(b, *used[i]):
                 return i + 1, []
+        flying: list[dict[str, float]] = []
+        for i, b in enumerate(budgets):
+            _, t, c = used[i]
+            members: dict[str, float] = {}
+            if _reserves(b):
+                held = cache.get(_key(b, starts[i], "inflight")) or {}
+                members = {m: until for m, until in held.items() if until > now}
+                peaks = cache.get_many([_peak_key(b, "tokens"), _peak_key(b, "cost")])
+                pair = (peaks.get(_peak_key(b, "tokens")), peaks.get(_peak_key(b, "cost")))
+                if _held(b, t, c, len(members), pair):
+                    return -(i + 1), []
+            flying.append(members)
         counts: list[int] = []
         for i, b in enumerate(budgets):
             counts.append(int(values.get(keys[3 * i]) or 0) + 1)
             cache.set(keys[3 * i], counts[-1], _ttl(b, now))
+            if _reserves(b):
+                flying[i][member] = lease_until
+                cache.set(_key(b, starts[i], "inflight"), flying[i], _ttl(b, now))
     return 0, counts
 
 
-def _add(cache: BaseCache, items: Sequence[tuple[str, int, int]]) -> list[int]:
-    """Add (key, delta, ttl) to counters, one round trip on Redis; the new values."""
+def _settle_call(
+    cache: BaseCache, grant: Grant, tokens: int, nano: int, now: float
+) -> tuple[list[str], list[int | str]]:
+    """The keys and arguments of :data:`_SETTLE_LUA` (the cache's key prefix applied)."""
+    keys: list[str] = []
+    args: list[int | str] = [grant.member, tokens, nano, PEAK_TTL_S]
+    for b, start in zip(grant.budgets, grant.starts, strict=True):
+        keys += [_key(b, start, m) for m in ("tokens", "cost", "inflight")]
+        keys += [_peak_key(b, "tokens"), _peak_key(b, "cost")]
+        args += [_ttl(b, now), 1 if _reserves(b) else 0]
+    return [cache.make_key(k) for k in keys], args
+
+
+def _settle(cache: BaseCache, grant: Grant, tokens: int, nano: int, now: float) -> list[int]:
+    """Add the usage to the grant's budgets and release its places in flight, one round
+    trip on Redis; the new (tokens, cost) counters, per budget."""
     client = _redis(cache)
     if client is not None:
-        made = [cache.make_key(k) for k, _, _ in items]
-        args = [v for _, delta, ttl in items for v in (delta, ttl)]
-        return [int(v) for v in _run(client, _ADD_LUA, made, args)]
+        keys, args = _settle_call(cache, grant, tokens, nano, now)
+        return [int(v) for v in _run(client, _SETTLE_LUA, keys, args)]
     out: list[int] = []
     with _lock:
-        for key, delta, ttl in items:
-            out.append(int(cache.get(key) or 0) + delta)
-            cache.set(key, out[-1], ttl)
+        for b, start in zip(grant.budgets, grant.starts, strict=True):
+            ttl = _ttl(b, now)
+            for metric, used in (("tokens", tokens), ("cost", nano)):
+                key = _key(b, start, metric)
+                out.append(int(cache.get(key) or 0) + used)
+                cache.set(key, out[-1], ttl)
+                if _reserves(b) and tokens > 0:
+                    peak = cache.get(_peak_key(b, metric))
+                    cache.set(_peak_key(b, metric), max(used, peak or 0), PEAK_TTL_S)
+            if _reserves(b):
+                _release_locally(cache, b, start, grant.member, ttl)
     return out
+
+
+def _release_locally(cache: BaseCache, budget: Budget, start: int, member: str, ttl: int) -> None:
+    key = _key(budget, start, "inflight")
+    held = dict(cache.get(key) or {})
+    if held.pop(member, None) is not None:
+        if held:
+            cache.set(key, held, ttl)
+        else:
+            cache.delete(key)
+
+
+def _release(cache: BaseCache, grant: Grant) -> None:
+    """Take an unsettled request out of the in-flight sets (one round trip on Redis)."""
+    held = [(b, s) for b, s in zip(grant.budgets, grant.starts, strict=True) if _reserves(b)]
+    if not held:
+        return
+    client = _redis(cache)
+    if client is not None:
+        pipe = client.pipeline(transaction=False)
+        for b, start in held:
+            pipe.zrem(cache.make_key(_key(b, start, "inflight")), grant.member)
+        pipe.execute()
+        return
+    now = clock()
+    with _lock:
+        for b, start in held:
+            _release_locally(cache, b, start, grant.member, _ttl(b, now))
 
 
 # --- cache failures -----------------------------------------------------------------------
@@ -459,7 +654,72 @@ def check(principal: Principal | None, token_key: str | None = None) -> Refusal 
 
     Remembers the budgets counted in for :func:`settle` (a context variable: the
     router's answer in the same request settles them)."""
-    _current.set(None)
+    step = _begin(principal, token_key)
+    if not isinstance(step, _Counting):
+        return step
+    try:
+        refused, counts = _count(_cache(), step.budgets, step.starts, step.now, step.member)
+    except Exception as exc:  # the cache, whatever its backend raises
+        _cache_failed(exc)
+        return _cache_down_refusal(step.budgets)
+    if refused:
+        return _refusal(step, refused)
+    for crossing in _request_crossings(step, counts):
+        _crossed(*crossing)
+    _granted(step)
+    return None
+
+
+async def acheck(principal: Principal | None, token_key: str | None = None) -> Refusal | None:
+    """:func:`check` for code on the event loop, with the same counting and answers.
+
+    On Redis the Lua step runs through ``redis.asyncio`` (one round trip, on the loop);
+    with no enabled budget nothing is awaited at all. What would block the loop runs
+    :func:`check` in a worker thread instead: the budget rows due for a re-read
+    (every :data:`ROWS_TTL_S`), a cache that is neither Redis nor LocMem. A soft
+    threshold crossed (once per budget and window) is flagged in a worker thread."""
+    cache = routing_cache()
+    aredis = async_redis(cache)
+    if not _index_fresh() or (aredis is None and not isinstance(cache, LocMemCache)):
+        return await sync_to_async(check, thread_sensitive=False)(principal, token_key)
+    if aredis is None:  # LocMem: in process memory, nothing to wait on
+        return check(principal, token_key)
+    step = _begin(principal, token_key)
+    if not isinstance(step, _Counting):
+        return step
+    keys, args = _check_call(cache, step.budgets, step.starts, step.now, step.member)
+    try:
+        client = aredis.client()
+        script = _scripts.get("async")
+        if script is None:  # called with each loop's own client below
+            script = _scripts["async"] = client.register_script(_CHECK_LUA)
+        reply = [int(v) for v in await script(keys=keys, args=args, client=client)]
+    except Exception as exc:  # the cache, whatever its backend raises
+        _cache_failed(exc)
+        return _cache_down_refusal(step.budgets)
+    if reply[0]:
+        return _refusal(step, reply[0])
+    for crossing in _request_crossings(step, reply[1:]):
+        await sync_to_async(_crossed, thread_sensitive=False)(*crossing)
+    _granted(step)
+    return None
+
+
+@dataclass(frozen=True)
+class _Counting:
+    """A request about to be counted: its budgets, the time, each window's start, and
+    its name in the budgets' in-flight sets."""
+
+    budgets: list[Budget]
+    now: float
+    starts: list[int]
+    member: str
+
+
+def _begin(principal: Principal | None, token_key: str | None) -> _Counting | Refusal | None:
+    """The budgets to count the request in, or the answer already (None: let it through,
+    no budget applies or the cache is down and they fail open)."""
+    forget()  # a grant left over in this context (never settled) gives its place back
     budgets = applicable(principal, token_key)
     if not budgets:
         return None
@@ -467,59 +727,140 @@ def check(principal: Principal | None, token_key: str | None = None) -> Refusal 
     if time.monotonic() < _retry_at:
         _cache_failed(None)
         return _cache_down_refusal(budgets)
-    starts = [_start(b, now) for b in budgets]
-    try:
-        refused, counts = _count(_cache(), budgets, starts, now)
-    except Exception as exc:  # the cache, whatever its backend raises
-        _cache_failed(exc)
-        return _cache_down_refusal(budgets)
-    if refused:
-        b = budgets[refused - 1]
-        _, end = window_bounds(b.window, now)
+    return _Counting(
+        budgets=budgets,
+        now=now,
+        starts=[_start(b, now) for b in budgets],
+        member=uuid.uuid4().hex,
+    )
+
+
+def _request_crossings(
+    step: _Counting, counts: Sequence[int]
+) -> list[tuple[Budget, int, str, int, int, int]]:
+    """The :func:`_crossed` calls due for the new request counts (soft thresholds)."""
+    return [
+        (b, start, "requests", count - 1, count, b.max_requests)
+        for b, start, count in zip(step.budgets, step.starts, counts, strict=True)
+        if b.max_requests is not None and _crosses(b, count - 1, count, b.max_requests)
+    ]
+
+
+def _granted(step: _Counting) -> None:
+    _current.set(Grant(budgets=step.budgets, starts=step.starts, member=step.member))
+
+
+def _index_fresh() -> bool:
+    cached = _rows
+    return cached is not None and time.monotonic() - cached[0] < ROWS_TTL_S
+
+
+def _refusal(step: _Counting, refused: int) -> Refusal:
+    """The refusal for the check's answer: budget ``refused`` (1-based) is exhausted, or
+    (negative) its room is held by the requests in flight."""
+    if refused < 0:
+        budget = step.budgets[-refused - 1]
         return Refusal(
-            budget=b.name,
-            window=b.window,
-            reset_at=end,
-            detail=f"Budget {b.name!r} is exhausted for this {b.window}; it resets at "
-            f"{end.isoformat().replace('+00:00', 'Z')}.",
+            budget=budget.name,
+            window=budget.window,
+            reset_at=None,
+            detail=f"Budget {budget.name!r} is close to its cap and the requests in flight "
+            "may use the rest; try again in a moment.",
+            code="budget_in_flight",
+            retry_s=IN_FLIGHT_RETRY_S,
         )
-    for b, start, count in zip(budgets, starts, counts, strict=True):
-        if b.max_requests is not None:
-            _crossed(b, start, "requests", count - 1, count, b.max_requests)
-    _current.set(Grant(budgets=budgets, starts=starts))
-    return None
+    budget = step.budgets[refused - 1]
+    _, end = window_bounds(budget.window, step.now)
+    return Refusal(
+        budget=budget.name,
+        window=budget.window,
+        reset_at=end,
+        detail=f"Budget {budget.name!r} is exhausted for this {budget.window}; it resets at "
+        f"{end.isoformat().replace('+00:00', 'Z')}.",
+    )
 
 
 def settle(tokens: int, cost_usd: Decimal | float | None = None) -> None:
     """Add usage (tokens, and the cost when known) to the budgets :func:`check` counted
-    the current request in. A no-op outside such a request."""
+    the current request in, and end its place in flight there. A no-op outside such a
+    request, and for a request already settled."""
     grant = _current.get()
-    if grant is None:
+    if grant is None or grant.released:
         return
+    grant.released = True
+    _settle_grant(grant, *_amounts(tokens, cost_usd))
+
+
+def _amounts(tokens: int, cost_usd: Decimal | float | None) -> tuple[int, int]:
+    """(tokens, nano-USD), never negative; a cost is rounded up to the nano-dollar."""
     nano = 0 if cost_usd is None else math.ceil(Decimal(str(cost_usd)) * NANO)
-    if tokens <= 0 and nano <= 0:
+    return max(0, tokens), max(0, nano)
+
+
+def _settle_grant(grant: Grant, tokens: int, nano: int) -> None:
+    if (tokens <= 0 and nano <= 0) and not any(_reserves(b) for b in grant.budgets):
         return
-    now = clock()
-    items: list[tuple[str, int, int]] = []
-    for b, start in zip(grant.budgets, grant.starts, strict=True):
-        ttl = _ttl(b, now)
-        items += [(_key(b, start, "tokens"), tokens, ttl), (_key(b, start, "cost"), nano, ttl)]
     try:
-        values = _add(_cache(), items)
+        values = _settle(_cache(), grant, tokens, nano, clock())
     except Exception as exc:
         _cache_failed(exc)
         return
+    for crossing in _usage_crossings(grant, tokens, nano, values):
+        _crossed(*crossing)
+
+
+async def _asettle(grant: Grant, tokens: int, nano: int) -> None:
+    """:func:`_settle_grant` from the event loop: on Redis the Lua step through
+    ``redis.asyncio`` (no thread), else in a worker thread; a soft threshold crossed is
+    flagged in a worker thread."""
+    cache = routing_cache()
+    aredis = async_redis(cache)
+    if aredis is None:
+        await sync_to_async(_settle_grant, thread_sensitive=False)(grant, tokens, nano)
+        return
+    if (tokens <= 0 and nano <= 0) and not any(_reserves(b) for b in grant.budgets):
+        return
+    keys, args = _settle_call(cache, grant, tokens, nano, clock())
+    try:
+        client = aredis.client()
+        script = _scripts.get("async-settle")
+        if script is None:  # called with each loop's own client below
+            script = _scripts["async-settle"] = client.register_script(_SETTLE_LUA)
+        values = [int(v) for v in await script(keys=keys, args=args, client=client)]
+    except Exception as exc:  # the cache, whatever its backend raises
+        _cache_failed(exc)
+        return
+    for crossing in _usage_crossings(grant, tokens, nano, values):
+        await sync_to_async(_crossed, thread_sensitive=False)(*crossing)
+
+
+def _usage_crossings(
+    grant: Grant, tokens: int, nano: int, values: Sequence[int]
+) -> list[tuple[Budget, int, str, int, int, int]]:
+    """The :func:`_crossed` calls due for the new tokens and cost counters."""
+    out: list[tuple[Budget, int, str, int, int, int]] = []
     for i, (b, start) in enumerate(zip(grant.budgets, grant.starts, strict=True)):
         if b.max_tokens is not None:
-            _crossed(b, start, "tokens", values[2 * i] - tokens, values[2 * i], b.max_tokens)
+            t, cap = values[2 * i], int(b.max_tokens)
+            if _crosses(b, t - tokens, t, cap):
+                out.append((b, start, "tokens", t - tokens, t, cap))
         if b.max_cost_usd is not None:
-            cap = int(Decimal(b.max_cost_usd) * NANO)
-            _crossed(b, start, "cost", values[2 * i + 1] - nano, values[2 * i + 1], cap)
+            c, cap = values[2 * i + 1], int(Decimal(b.max_cost_usd) * NANO)
+            if _crosses(b, c - nano, c, cap):
+                out.append((b, start, "cost", c - nano, c, cap))
+    return out
+
+
+#: Settlements under way on an event loop (a task is kept until it is done).
+_settling: set[asyncio.Task[None]] = set()
+
+
+def _crosses(budget: Budget, before: int, after: int, cap: int) -> bool:
+    return before < budget.soft_threshold * cap <= after
 
 
 def _crossed(budget: Budget, start: int, metric: str, before: int, after: int, cap: int) -> None:
-    threshold = budget.soft_threshold * cap
-    if not before < threshold <= after:
+    if not _crosses(budget, before, after, cap):
         return
     flag = _key(budget, start, "soft")
     try:
@@ -546,26 +887,69 @@ def _crossed(budget: Budget, start: int, metric: str, before: int, after: int, c
 
 
 def forget() -> None:
-    """End the current request's grant (its answer was settled or never came)."""
+    """End the current request's grant (its answer was settled or never came: then its
+    places in flight are released — in a worker thread when called on an event loop,
+    which never waits on the cache here)."""
+    grant = _current.get()
+    if grant is None:
+        return
     _current.set(None)
+    if grant.released:
+        return
+    grant.released = True
+    if not any(_reserves(b) for b in grant.budgets):
+        return
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        _release_quietly(grant)
+        return
+    loop.run_in_executor(None, _release_quietly, grant)
 
 
-def _tokens_and_cost(result: Any) -> tuple[int, Any]:
-    used = getattr(result, "usage", None)
-    tokens = int(getattr(used, "input_tokens", 0) or 0)
-    tokens += int(getattr(used, "output_tokens", 0) or 0)
-    return tokens, getattr(result, "cost_usd", None)
+def _release_quietly(grant: Grant) -> None:
+    try:
+        _release(_cache(), grant)
+    except Exception as exc:  # the cache: the lease ends the place anyway
+        _cache_failed(exc)
 
 
-def _on_provider_result(sender: Any, result: Any = None, **kwargs: Any) -> None:
-    """Every attempt's usage (a failed attempt that consumed tokens counts too)."""
-    settle(*_tokens_and_cost(result))
+def _used(routed: RoutingResult) -> tuple[int, Decimal]:
+    """A routed request's tokens and cost, every attempt's (a failed attempt that
+    consumed tokens counts too): the cost of the attempts whose price is known (an
+    unknown price is not guessed; llm_routing.pricing)."""
+    from . import pricing
+
+    tokens = 0
+    for attempt in routed.metadata.attempts:
+        if attempt.outcome == "skipped":
+            continue
+        usage = routed.result.usage if attempt.served else attempt.usage
+        if usage is not None:
+            tokens += usage.input_tokens + usage.output_tokens
+    cost = sum((c for c in pricing.costs(routed).attempts if c is not None), Decimal(0))
+    return tokens, cost
 
 
-def _on_request_routed(sender: Any, routed: Any = None, **kwargs: Any) -> None:
-    """The routed request's usage (streams included), once, at the router's finish."""
-    settle(*_tokens_and_cost(getattr(routed, "result", None)))
-    forget()
+def _on_request_routed(sender: Any, routed: RoutingResult | None = None, **kwargs: Any) -> None:
+    """The routed request's usage (streams included), once, at the router's finish. On
+    an event loop (the async router) the settlement is a task on that loop: the
+    receiver returns without waiting on the cache."""
+    grant = _current.get()
+    if routed is None or grant is None or grant.released:
+        forget()
+        return
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        settle(*_used(routed))
+        forget()
+        return
+    grant.released = True
+    _current.set(None)
+    task = loop.create_task(_asettle(grant, *_amounts(*_used(routed))))
+    _settling.add(task)
+    task.add_done_callback(_settling.discard)
 
 
 def _on_request_finished(sender: Any, **kwargs: Any) -> None:
@@ -573,19 +957,13 @@ def _on_request_finished(sender: Any, **kwargs: Any) -> None:
 
 
 def _connect() -> None:
-    """Settle from ``request_routed`` when the router sends it (it covers streams),
-    else from every ``after_provider_result``; forget at the end of each HTTP request."""
+    """Settle from ``request_routed`` (sent once per routed request when the router
+    finishes, streams included); forget at the end of each HTTP request."""
     from django.core.signals import request_finished
 
-    from . import signals
+    from .signals import request_routed
 
-    routed: Signal | None = getattr(signals, "request_routed", None)
-    if routed is not None:
-        routed.connect(_on_request_routed, dispatch_uid="llm_routing.budgets.settle")
-    else:
-        signals.after_provider_result.connect(
-            _on_provider_result, dispatch_uid="llm_routing.budgets.settle"
-        )
+    request_routed.connect(_on_request_routed, dispatch_uid="llm_routing.budgets.settle")
     request_finished.connect(_on_request_finished, dispatch_uid="llm_routing.budgets.forget")
     post_save.connect(_rows_changed, sender=Budget, dispatch_uid="llm_routing.budgets.rows")
     post_delete.connect(_rows_changed, sender=Budget, dispatch_uid="llm_routing.budgets.rows")

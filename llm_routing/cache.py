@@ -150,8 +150,12 @@ class AsyncRedis:
                     client = self._clients[loop] = redis.asyncio.Redis.from_url(self._url)
         return client
 
+    def client(self) -> Any:
+        """This event loop's ``redis.asyncio.Redis`` (for a pipeline or a script)."""
+        return self._client()
+
     def _key(self, key: str) -> str:
-        return self._cache.make_and_validate_key(key)
+        return self._cache.make_key(key)  # our own keys: no per-character validation
 
     async def get(self, key: str, default: Any = None) -> Any:
         raw = await self._client().get(self._key(key))

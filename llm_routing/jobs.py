@@ -118,6 +118,10 @@ def submit(*, owner: Any, validated: dict[str, Any]) -> AuditJob:
     return job
 
 
+#: The Celery task that runs a job (``llm_routing.tasks.run_audit_job``), sent by name.
+RUN_TASK = "llm_routing.run_audit_job"
+
+
 def celery_installed() -> bool:
     """Whether Celery can be imported (it is an optional extra of the app)."""
     try:
@@ -132,10 +136,13 @@ def enqueue(job_id: uuid.UUID | str) -> None:
     if not celery_installed():
         run_job(job_id)
         return
-    from .tasks import run_audit_job
+    from celery import current_app  # by the task's name: this module never imports tasks
 
+    if current_app.conf.task_always_eager:
+        run_job(job_id)  # what the task does when run eagerly (it retries only on a worker)
+        return
     try:
-        run_audit_job.delay(str(job_id))
+        current_app.send_task(RUN_TASK, args=[str(job_id)])
     except Exception:
         logger.exception("Could not queue audit job %s", job_id)
         _fail(job_id, None, "queue_unavailable", "The job could not be queued.")

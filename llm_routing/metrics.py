@@ -23,12 +23,13 @@ import os
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from . import pricing
 from .types import AuditRequest, RoutingResult, Usage
+from .version import __version__
 
 __all__ = [
     "CIRCUIT_STATES",
@@ -184,6 +185,17 @@ TIME_TO_FIRST_CHUNK = Histogram(
     buckets=DURATION_BUCKETS,
     registry=REGISTRY,
 )
+#: 1 per process with metrics loaded; in multiprocess mode summed over the LIVE
+#: workers (``livesum``: a dead worker's file leaves with gunicorn's ``child_exit``
+#: hook), so it counts the workers exporting metrics, per version.
+BUILD_INFO = Gauge(
+    "llm_routing_build_info",
+    "Processes exporting these metrics, by llm_routing version (live workers only).",
+    ("version",),
+    multiprocess_mode="livesum",
+    registry=REGISTRY,
+)
+BUILD_INFO.labels(__version__).set(1)
 
 
 def _bounded(value: str | None, allowed: frozenset[str]) -> str:
@@ -192,52 +204,90 @@ def _bounded(value: str | None, allowed: frozenset[str]) -> str:
     return value if value in allowed else OTHER
 
 
+class _Children:
+    """A family's labelled children by label values: ``family.labels(...)`` validates
+    and stringifies its arguments and takes a lock on every call, the dominant cost of
+    :func:`observe`; a dict hit does not. Bounded (label values are bounded anyway):
+    past :data:`CHILDREN_MAX` entries it starts again (the family keeps its children,
+    so nothing counted is lost)."""
+
+    __slots__ = ("children", "family")
+
+    def __init__(self, family: Any) -> None:
+        self.family = family
+        self.children: dict[tuple[str, ...], Any] = {}
+
+    def __call__(self, *values: str) -> Any:
+        child = self.children.get(values)
+        if child is None:
+            if len(self.children) >= CHILDREN_MAX:
+                self.children.clear()
+            child = self.children[values] = self.family.labels(*values)
+        return child
+
+
+#: Cached children per family (see :class:`_Children`).
+CHILDREN_MAX = 4096
+
+_requests = _Children(REQUESTS)
+_request_duration = _Children(REQUEST_DURATION)
+_attempts = _Children(ATTEMPTS)
+_skips = _Children(SKIPS)
+_fallbacks = _Children(FALLBACKS)
+_tokens_total = _Children(TOKENS)
+_cost = _Children(COST)
+_operation_duration = _Children(OPERATION_DURATION)
+_token_usage = _Children(TOKEN_USAGE)
+_time_to_first_chunk = _Children(TIME_TO_FIRST_CHUNK)
+
+
 def observe(request: AuditRequest, routed: RoutingResult) -> None:
     """Count one routed request."""
     meta, result = routed.metadata, routed.result
-    names = {a.provider for a in meta.attempts}
-    sources = pricing.sources(names)
-    costs = pricing.costs(routed)
+    attempts = meta.attempts
+    # Both from per-process caches: the price sources per configuration snapshot,
+    # the costs per routed request (the recorder has computed them already).
+    sources = pricing.sources({a.provider for a in attempts})
+    costs = pricing.costs(routed).attempts
     outcome = _bounded(result.status, OUTCOMES)
+    total_s = routed.total_latency_ms / 1000
     request_labels = (meta.chain_name or "", meta.router_mode, outcome)
-    REQUESTS.labels(*request_labels).inc()
-    REQUEST_DURATION.labels(*request_labels).observe(routed.total_latency_ms / 1000)
+    _requests(*request_labels).inc()
+    _request_duration(*request_labels).observe(total_s)
     if meta.fallback_used:
-        FALLBACKS.labels(_bounded(meta.fallback_reason, FALLBACK_REASONS) or OTHER).inc()
+        _fallbacks(_bounded(meta.fallback_reason, FALLBACK_REASONS) or OTHER).inc()
     earlier_ms = 0.0
-    for attempt, cost in zip(meta.attempts, costs.attempts, strict=True):
+    for attempt, cost in zip(attempts, costs, strict=True):
         source = sources.get(attempt.provider)
-        # An attempted candidate or a skip other than these had a row (or is the mock).
-        known = source is not None or (
-            attempt.outcome != "skipped" or attempt.reason not in UNCHECKED_SKIPS
-        )
-        provider = attempt.provider if known else OTHER
         model = source.model if source is not None else ""
         if attempt.outcome == "skipped":
-            SKIPS.labels(provider, _bounded(attempt.reason, SKIP_REASONS) or OTHER).inc()
+            # A skip decided before the row was looked up may carry any caller's text.
+            known = source is not None or attempt.reason not in UNCHECKED_SKIPS
+            provider = attempt.provider if known else OTHER
+            _skips(provider, _bounded(attempt.reason, SKIP_REASONS) or OTHER).inc()
             continue
+        provider = attempt.provider  # attempted: it had a row (or is the mock)
         category = _bounded(attempt.error_category, ERROR_CATEGORIES)
-        ATTEMPTS.labels(provider, model, attempt.outcome, category).inc()
+        _attempts(provider, model, attempt.outcome, category).inc()
         seconds = attempt.latency_ms / 1000
         if request.stream and attempt.served:
             # A stream attempt ends at its first chunk (the commit point): its latency
             # is the time to first chunk; the operation lasts until the stream ended.
-            TIME_TO_FIRST_CHUNK.labels(provider, model).observe(seconds)
-            seconds = max(seconds, routed.total_latency_ms / 1000 - earlier_ms / 1000)
+            _time_to_first_chunk(provider, model).observe(seconds)
+            seconds = max(seconds, total_s - earlier_ms / 1000)
         earlier_ms += attempt.latency_ms
-        OPERATION_DURATION.labels(provider, model, category).observe(seconds)
+        _operation_duration(provider, model, category).observe(seconds)
         usage = result.usage if attempt.served else attempt.usage
-        _tokens(provider, model, usage)
+        if usage is not None and (usage.input_tokens or usage.output_tokens):
+            _tokens(provider, model, usage)
         if cost is not None and cost > 0:
-            COST.labels(provider, model).inc(float(cost))
+            _cost(provider, model).inc(float(cost))
 
 
-def _tokens(provider: str, model: str, usage: Usage | None) -> None:
-    if usage is None or (usage.input_tokens == 0 and usage.output_tokens == 0):
-        return
+def _tokens(provider: str, model: str, usage: Usage) -> None:
     for kind, count in (("input", usage.input_tokens), ("output", usage.output_tokens)):
-        TOKENS.labels(provider, model, kind).inc(count)
-        TOKEN_USAGE.labels(provider, model, kind).observe(count)
+        _tokens_total(provider, model, kind).inc(count)
+        _token_usage(provider, model, kind).observe(count)
 
 
 # --- circuit state, read at scrape time ------------------------------------------------

@@ -169,8 +169,30 @@ def sources(names: Iterable[str]) -> dict[str, PriceSource | None]:
     is live within its 1 s bound). Inside a running event loop the snapshot is taken as
     last built (the router's setup has just refreshed it), never rebuilt there."""
     snap = snapshot.latest() if _in_event_loop() else snapshot.current()
-    rows = snap.providers if snap is not None else {}
-    return {name: _source_of(rows.get(name), name) for name in names}
+    if snap is None:
+        return {name: _source_of(None, name) for name in names}
+    global _sources
+    held = _sources
+    if held[0] is not snap:  # a new snapshot: its rows are new objects
+        held = _sources = (snap, {})
+    known = held[1]
+    out: dict[str, PriceSource | None] = {}
+    for name in names:
+        if name in known:
+            out[name] = known[name]
+        else:
+            # Bounded by the snapshot's rows (plus names that are no row: at most
+            # _SOURCES_MAX of those are remembered).
+            found = out[name] = _source_of(snap.providers.get(name), name)
+            if found is not None or len(known) < _SOURCES_MAX:
+                known[name] = found
+    return out
+
+
+#: (the snapshot, its rows' price sources by name): one PriceSource per row and
+#: snapshot, not one per request (rows of a snapshot never change).
+_sources: tuple[Any, dict[str, PriceSource | None]] = (None, {})
+_SOURCES_MAX = 256
 
 
 def _in_event_loop() -> bool:

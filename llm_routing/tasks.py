@@ -2,7 +2,8 @@
 :mod:`llm_routing.retention` and the decision spool (:mod:`llm_routing.recorder`).
 
 Importing this module needs Celery (the ``celery`` extra); nothing else in the app
-imports it except :func:`llm_routing.jobs.enqueue`, and only when Celery is installed.
+imports it: :func:`llm_routing.jobs.enqueue` sends ``run_audit_job`` by its name
+(:data:`llm_routing.jobs.RUN_TASK`), so the web process needs no task module loaded.
 Tasks are declared ``acks_late`` + ``reject_on_worker_lost``: a message is
 acknowledged only after its task returned, so a killed worker's job is delivered
 again — and :func:`llm_routing.jobs.run_job` makes that redelivery harmless.
@@ -21,7 +22,7 @@ __all__ = ["flush_decision_spool", "purge_routing_logs", "requeue_stale_jobs", "
 
 @shared_task(
     bind=True,
-    name="llm_routing.run_audit_job",
+    name=jobs.RUN_TASK,
     acks_late=True,
     reject_on_worker_lost=True,
     max_retries=None,

@@ -66,12 +66,22 @@ _pending: OrderedDict[str, _Pending] = OrderedDict()
 _lock = threading.Lock()
 
 
+_enabled_for: tuple[Any, bool] = (object(), False)  # (tracer provider, enabled)
+
+
 def enabled() -> bool:
-    """Whether spans would be recorded: the API is installed and an SDK provider set."""
+    """Whether spans would be recorded: the API is installed and an SDK provider set
+    (answered from a cache while the global provider stays the same object)."""
+    global _enabled_for
     if trace is None:
         return False
     provider = trace.get_tracer_provider()
-    return not isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider)
+    held = _enabled_for
+    if held[0] is provider:
+        return held[1]
+    on = not isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider)
+    _enabled_for = (provider, on)
+    return on
 
 
 def extract(headers: Mapping[str, str]) -> Any:
@@ -144,14 +154,17 @@ def _tracer() -> Any:
 
 
 def record(request: AuditRequest, routed: RoutingResult, pending: _Pending) -> None:
-    """Write the request span and its attempt spans."""
+    """Write the request span and its attempt spans (no attempt span when the sampler
+    does not record the request span: with the SDK's default parent-based sampler its
+    children would not be recorded either, so their attributes are not even built)."""
     assert trace is not None
     tracer = _tracer()
     meta, result = routed.metadata, routed.result
     end = time.time_ns()
     start = end - int(routed.total_latency_ms * 1_000_000)
-    if pending.calls:
-        start = min(start, pending.calls[0].start)
+    calls = pending.calls
+    if calls:
+        start = min(start, calls[0].start)
     cost = pricing.costs(routed).total
     attributes: dict[str, Any] = {
         "llm_routing.request_id": routed.request_id,
@@ -169,9 +182,12 @@ def record(request: AuditRequest, routed: RoutingResult, pending: _Pending) -> N
     span = tracer.start_span(
         "llm_routing.route", kind=SpanKind.INTERNAL, attributes=attributes, start_time=start
     )
+    if not span.is_recording():  # sampled out: so would its children be (ParentBased)
+        span.end(end_time=end)
+        return
     parent = trace.set_span_in_context(span)
-    skips = list(pending.fallbacks)
-    calls = iter(pending.calls)
+    skips = pending.fallbacks
+    call_index = 0
     for attempt in meta.attempts:
         if attempt.outcome == "skipped":
             when = next(
@@ -186,17 +202,19 @@ def record(request: AuditRequest, routed: RoutingResult, pending: _Pending) -> N
                 timestamp=when,
             )
             continue
-        call = next(calls, None)
+        call = calls[call_index] if call_index < len(calls) else None
+        call_index += 1
         first_chunk = call.end if call is not None else None
         # A served stream's call ends at its first chunk; the operation at the stream's end.
         streamed = request.stream and attempt.served
         child_end = end if streamed or first_chunk is None else first_chunk
         child_start = call.start if call is not None else end - int(attempt.latency_ms * 1e6)
         usage = result.usage if attempt.served else attempt.usage
+        requested = (call.model if call is not None else "") or attempt.model
         child: dict[str, Any] = {
             "gen_ai.operation.name": "chat",
             "gen_ai.provider.name": attempt.provider,
-            "gen_ai.request.model": (call.model if call is not None else "") or attempt.model,
+            "gen_ai.request.model": requested,
             "gen_ai.response.model": attempt.model,
             "llm_routing.retries": attempt.retries,
             "llm_routing.request_id": routed.request_id,
@@ -208,7 +226,7 @@ def record(request: AuditRequest, routed: RoutingResult, pending: _Pending) -> N
         if attempt.error_category:
             child["error.type"] = attempt.error_category
         attempt_span = tracer.start_span(
-            f"chat {child['gen_ai.request.model']}",
+            "chat " + requested,
             context=parent,
             kind=SpanKind.CLIENT,
             attributes=child,

@@ -493,3 +493,91 @@ def test_budget_counts_both_faces_and_refuses_the_same(
         assert "tok-2" in asynch.content.decode() and token not in asynch.content.decode()
     finally:
         budgets.reset_cache_state()
+
+
+# --- where the admit step runs ----------------------------------------------------------
+
+
+def _spy_admit(monkeypatch: pytest.MonkeyPatch, view: type) -> list[bool]:
+    """Wrap ``view.admit`` (still called through): True per call made on an event loop."""
+    import asyncio
+
+    on_loop: list[bool] = []
+    original = view.admit
+
+    def admit(self: Any, request: Any) -> Any:
+        try:
+            asyncio.get_running_loop()
+            on_loop.append(True)
+        except RuntimeError:
+            on_loop.append(False)
+        return original(self, request)
+
+    monkeypatch.setattr(view, "admit", admit)
+    return on_loop
+
+
+@pytest.mark.parametrize(
+    ("url", "body"),
+    [("/audit/", GOOD), ("/v1/chat/completions", {"model": "main", "messages": MESSAGES})],
+)
+def test_a_cached_token_is_admitted_on_the_event_loop(
+    token: str, chain: Any, url: str, body: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from llm_routing.api.authentication import clear_token_cache
+    from llm_routing.api.openai_compat import ChatCompletionsView
+    from llm_routing.api.views import AuditView
+
+    view = AuditView if url == "/audit/" else ChatCompletionsView
+    on_loop = _spy_admit(monkeypatch, view)
+    clear_token_cache()
+    client = TokenAsyncClient(token)
+    # First: the token is read from the database, so the step runs in a worker thread;
+    # then it is cached, and the same step runs on the loop with the same answer.
+    first, second, third = (apost(client, url, body) for _ in range(3))
+    assert [r.status_code for r in (first, second, third)] == [200, 200, 200]
+    assert on_loop == [False, True, True]
+    assert RoutingDecision.objects.count() == 3
+
+
+def test_an_unknown_token_and_other_authenticators_take_the_worker_thread(
+    token: str, chain: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from llm_routing.api.openai_compat import ChatCompletionsView
+
+    on_loop = _spy_admit(monkeypatch, ChatCompletionsView)
+    body = {"model": "main", "messages": MESSAGES}
+    assert apost(TokenAsyncClient(token), "/v1/chat/completions", body).status_code == 200
+    assert apost(TokenAsyncClient("x" * 40), "/v1/chat/completions", body).status_code == 401
+    assert apost(TokenAsyncClient(token), "/v1/chat/completions", body).status_code == 200
+    session_first = {
+        "API_AUTHENTICATION_CLASSES": [
+            "rest_framework.authentication.SessionAuthentication",
+            "llm_routing.api.authentication.TokenAuthentication",
+        ]
+    }
+    with override_settings(LLM_ROUTING=session_first):
+        # A cached token, but the session is asked first (it reads the session): a thread.
+        assert apost(TokenAsyncClient(token), "/v1/chat/completions", body).status_code == 200
+    assert on_loop == [False, True, False]  # the 401 never reached admit
+
+
+def test_a_principal_is_computed_once_per_cached_user(
+    token: str, chain: Any, user: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from django.contrib.auth.models import Group
+
+    from llm_routing import access
+
+    group = Group.objects.create(name="routers")
+    user.groups.add(group)
+    computed: list[int] = []
+    original = access._principal_of
+    monkeypatch.setattr(access, "_principal_of", lambda u: computed.append(1) or original(u))
+    client = TokenAsyncClient(token)
+    body = {"model": "main", "messages": MESSAGES}
+    for _ in range(3):
+        assert apost(client, "/v1/chat/completions", body).status_code == 200
+    assert computed == [1]
+    decision = RoutingDecision.objects.order_by("created_at").last()
+    assert decision is not None and decision.user_pk == str(user.pk)

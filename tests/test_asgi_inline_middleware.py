@@ -65,3 +65,74 @@ def test_an_admin_page_that_reads_the_session_still_works() -> None:
     login, admin = responses
     assert login.status_code == 200 and "csrftoken" in login.headers.get("set-cookie", "")
     assert admin.status_code == 302 and "/admin/login/" in admin.headers["location"]
+
+
+# --- request_started / request_finished -------------------------------------------------
+
+
+def _where_signals_run(
+    monkeypatch: pytest.MonkeyPatch, *calls: tuple[str, str], safe: bool = True
+) -> tuple[list[httpx.Response], list[tuple[str, bool]]]:
+    """Serve ``calls`` with a receiver on both request signals recording (signal, ran on
+    the event loop); ``safe``: the receiver is declared loop-safe."""
+    from django.core import signals
+
+    from llm_routing import asgi
+
+    seen: list[tuple[str, bool]] = []
+
+    def on_the_loop() -> bool:
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return False
+        return True
+
+    def started(**kwargs: Any) -> None:
+        seen.append(("started", on_the_loop()))
+
+    def finished(**kwargs: Any) -> None:
+        seen.append(("finished", on_the_loop()))
+
+    if safe:
+        names = {f"{f.__module__}.{f.__qualname__}" for f in (started, finished)}
+        monkeypatch.setattr(asgi, "LOOP_SAFE_RECEIVERS", asgi.LOOP_SAFE_RECEIVERS | names)
+    signals.request_started.connect(started)
+    signals.request_finished.connect(finished)
+    try:
+        responses, _ = _requests(InlineMiddlewareASGIHandler(), *calls)
+    finally:
+        signals.request_started.disconnect(started)
+        signals.request_finished.disconnect(finished)
+    return responses, seen
+
+
+def test_a_request_that_used_no_thread_sends_its_signals_on_the_loop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    (response,), seen = _where_signals_run(monkeypatch, ("GET", "/no-such-page/"))
+    assert response.status_code == 404
+    assert seen == [("started", True), ("finished", True)]
+    # No hop for the signals or the close; the 404 page and its log line go to the
+    # shared pool (Django's thread_sensitive=False): no per-request thread at all.
+    (again,), hops = _requests(InlineMiddlewareASGIHandler(), ("GET", "/no-such-page/"))
+    assert again.status_code == 404
+    assert set(hops) == {"response_for_exception", "log_response"}
+
+
+def test_a_request_that_ran_sync_code_in_its_thread_finishes_there(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The admin is sync: its view (and its connections) ran in the request's thread,
+    # so request_finished (close_old_connections) must run in that thread too.
+    (response,), seen = _where_signals_run(monkeypatch, ("GET", "/admin/login/"))
+    assert response.status_code == 200
+    assert seen == [("started", True), ("finished", False)]
+
+
+def test_a_receiver_not_known_to_be_loop_safe_gets_djangos_thread(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    (response,), seen = _where_signals_run(monkeypatch, ("GET", "/no-such-page/"), safe=False)
+    assert response.status_code == 404
+    assert seen == [("started", False), ("finished", False)]

@@ -5,6 +5,7 @@ policy and the model's validation."""
 
 from __future__ import annotations
 
+import contextvars
 import json
 import socket
 from collections.abc import Iterator
@@ -371,3 +372,158 @@ def test_async_hook_carries_the_grant_back_into_the_async_caller():
     assert async_to_sync(view)() == "budget_exceeded"
     assert budgets.usage([budget])["async-g"].tokens == 7
     budgets.forget()
+
+
+def request() -> tuple[budgets.Refusal | None, budgets.Grant | None]:
+    """``budgets.check`` as one more request in flight (its own context), and its grant."""
+    return contextvars.Context().run(lambda: (budgets.check(None), budgets._current.get()))
+
+
+def answer(grant: budgets.Grant | None, tokens: int, cost: str) -> None:
+    """That request's answer: settle its usage in its own context."""
+
+    def run() -> None:
+        budgets._current.set(grant)
+        budgets.settle(tokens, Decimal(cost))
+
+    contextvars.Context().run(run)
+
+
+def test_requests_in_flight_hold_the_room_of_a_cost_cap():
+    """Before any request has settled, one at a time; then the requests in flight are
+    each counted at the largest settled cost (the peak), so the cap is overshot by at
+    most one request's cost."""
+    budget = Budget.objects.create(name="room", scope="global", max_cost_usd=Decimal("0.00001"))
+    refused, first = request()
+    assert refused is None  # the first: the peak is unknown
+    held, _ = request()
+    assert held is not None and held.code == "budget_in_flight" and held.status == 429
+    assert held.reset_at is None and held.retry_after == budgets.IN_FLIGHT_RETRY_S
+    assert held.body()["budget"] == "room"
+    assert budgets.usage([budget])["room"].requests == 1  # the held one is not counted
+    answer(first, 5, "0.000003")  # peak 3 µ$, 3 of 10 µ$ spent
+    # A request is let in while spent + in flight x peak stays under the cap:
+    # 3 + 0 x 3, 3 + 1 x 3, 3 + 2 x 3 = 9 < 10 are; 3 + 3 x 3 = 12 is not.
+    grants = []
+    for _ in range(3):
+        refused, grant = request()
+        assert refused is None
+        grants.append(grant)
+    assert request()[0].code == "budget_in_flight"
+    for grant in grants:
+        answer(grant, 5, "0.000003")
+    refused, _ = request()
+    assert refused.code == "budget_exceeded" and refused.reset_at is not None
+    spent = budgets.usage([budget])["room"].cost_usd
+    assert spent == Decimal("0.000012")  # over the cap by less than one request's cost
+
+
+def test_a_request_that_never_settles_gives_its_place_back():
+    Budget.objects.create(name="tok", scope="global", max_tokens=100)
+    assert budgets.check(None) is None  # this request
+    assert request()[0].code == "budget_in_flight"  # another: the peak is unknown
+    budgets.forget()  # e.g. an async job's submission: no usage in this request
+    assert request()[0] is None
+
+
+def test_a_dead_workers_place_ends_with_its_lease(clock):
+    Budget.objects.create(name="tok", scope="global", max_tokens=100)
+    assert request()[0] is None  # neither settled nor forgotten: its worker died
+    assert request()[0].code == "budget_in_flight"
+    clock.now += budgets._lease_s() + 1
+    assert request()[0] is None
+
+
+def test_an_answer_without_usage_leaves_the_peak_unknown():
+    """A request that failed before any answer used no tokens: it says nothing about
+    what a request costs, so the budget still lets one request at a time in."""
+    Budget.objects.create(name="usd", scope="global", max_cost_usd=Decimal("1"))
+    refused, grant = request()
+    answer(grant, 0, "0")
+    refused, grant = request()
+    assert refused is None
+    assert request()[0].code == "budget_in_flight"
+    answer(grant, 10, "0")  # an unpriced model: tokens used, cost 0: peak 0
+    assert [request()[0] for _ in range(3)] == [None] * 3  # a free request holds no room
+
+
+def test_the_answer_settles_its_cost_from_the_price_override(
+    api, fake_upstream, upstream_chain, monkeypatch
+):
+    """Through /audit/: the request_routed receiver adds the routed request's cost (the
+    row's price override times the tokens the fake upstream reported) to the budget."""
+    monkeypatch.setenv("TEST_PROVIDER_KEY", "sk-budget-cost-0123456789")
+    upstream_chain(
+        ("oa", "openai", {"input_price_per_mtok": Decimal(1000),
+                          "output_price_per_mtok": Decimal(2000)}),
+    )  # fmt: skip
+    budget = Budget.objects.create(name="usd", scope="global", max_cost_usd=Decimal("0.06"))
+    assert [audit(api).status_code for _ in range(3)] == [200, 200, 200]
+    # 11 prompt + 7 completion tokens an answer: 0.011 + 0.014 = $0.025 each.
+    use = budgets.usage([budget])["usd"]
+    assert use.cost_usd == Decimal("0.075") and use.tokens == 54
+    refused = audit(api)
+    assert refused.status_code == 429 and refused.json()["budget"] == "usd"
+
+
+def test_forget_on_the_event_loop_releases_in_a_worker_thread(monkeypatch):
+    """request_finished runs inline on the event loop under ASGI: the release of a place
+    in flight (a cache round trip on Redis) goes to a worker thread."""
+    import asyncio
+    import threading
+
+    Budget.objects.create(name="tok", scope="global", max_tokens=100)
+    threads = []
+    real = budgets._release_quietly
+
+    def release(grant):
+        threads.append(threading.current_thread())
+        real(grant)
+
+    monkeypatch.setattr(budgets, "_release_quietly", release)
+
+    async def request_on_the_loop() -> threading.Thread:
+        budgets.forget()  # the grant of the check below, as request_finished ends it
+        return threading.current_thread()
+
+    assert budgets.check(None) is None  # (the row lookup needs a thread: done here)
+    loop_thread = asyncio.run(request_on_the_loop())  # waits for the executor's work
+    assert len(threads) == 1 and threads[0] is not loop_thread
+    assert request()[0] is None  # the place was given back
+
+
+def test_on_the_event_loop_the_answer_is_settled_by_a_task():
+    """The async router sends request_routed on the event loop: the receiver returns at
+    once and a task settles (LocMem: in a worker thread), releasing the place."""
+    import asyncio
+
+    from llm_routing.router import route
+    from llm_routing.types import AuditRequest
+
+    routed = route(AuditRequest(task="t", input_text="x", provider="mock"), persist=False)
+    tokens = routed.result.usage.input_tokens + routed.result.usage.output_tokens
+    budget = Budget.objects.create(name="tok", scope="global", max_tokens=10**6)
+    assert budgets.check(None) is None
+    assert request()[0].code == "budget_in_flight"
+
+    async def finish() -> int:
+        budgets._on_request_routed(None, routed=routed)
+        pending = len(budgets._settling)
+        await asyncio.gather(*budgets._settling)
+        return pending
+
+    assert asyncio.run(finish()) == 1
+    assert budgets.usage([budget])["tok"].tokens == tokens > 0
+    assert request()[0] is None  # the place was given back, the peak is known
+
+
+def test_an_exhausted_budget_is_named_before_one_held_by_requests_in_flight():
+    Budget.objects.create(name="a-held", scope="global", max_tokens=100)
+    Budget.objects.create(name="b-done", scope="global", max_requests=2)
+    assert request()[0] is None  # in flight in a-held (peak unknown); b-done: 1 of 2
+    refused, _ = request()
+    assert refused.budget == "a-held" and refused.code == "budget_in_flight"
+    Budget.objects.filter(name="b-done").update(max_requests=1)
+    budgets.reset_cache_state()  # the rows again
+    refused, _ = request()
+    assert refused.budget == "b-done" and refused.code == "budget_exceeded"

@@ -8,16 +8,19 @@ PostgreSQL from ``LLMR_TEST_DATABASE_URL``)."""
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import json
 import os
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -26,12 +29,14 @@ import httpx
 import pytest
 from django.contrib.auth import get_user_model
 from django.db import connection
+from django.db.models import Sum
 from django.test import override_settings
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from llm_routing import budgets
-from llm_routing.models import Budget, RoutingDecision
+from llm_routing.models import Attempt, Budget, Chain, ChainEntry, Provider, RoutingDecision
+from tests.fakes.upstream import FakeUpstream, Faults
 
 pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True)]
 
@@ -135,6 +140,7 @@ def gunicorn(prefix: str, tmp_path: Path) -> Iterator[str]:
         LLMR_TEST_REDIS_URL=REDIS_URL,
         LLMR_TEST_CACHE_PREFIX=prefix,
         LLMR_TEST_NO_THROTTLES="1",
+        TEST_PROVIDER_KEY="sk-budget-race-0123456789",  # the fake upstream's rows
         GUNICORN_BIND=f"127.0.0.1:{port}",
         WEB_CONCURRENCY="2",
         GUNICORN_THREADS="8",
@@ -193,3 +199,191 @@ def test_200_concurrent_requests_against_a_cap_of_50_on_two_workers(
             assert r.json()["budget"] == "race-50" and int(r.headers["Retry-After"]) >= 1
     assert RoutingDecision.objects.count() == 50  # refused requests never reached the walk
     assert budgets.usage([Budget.objects.get()])["race-50"].requests == 50
+
+
+def test_the_async_check_counts_in_the_same_counters_on_redis(prefix: str, token: str) -> None:
+    """``budgets.acheck`` (the Lua step through redis.asyncio, as the async views call
+    it) and ``budgets.check`` (redis-py) count one request each in the same window."""
+    budget = Budget.objects.create(name="mixed", scope="token", subject=token, max_requests=4)
+    budgets.check(None, token)  # also reads the budget rows (fresh for the next second)
+    results = [asyncio.run(budgets.acheck(None, token))]
+    assert "async" in budgets._scripts  # the async Lua path ran, not the thread fallback
+    results += [budgets.check(None, token), asyncio.run(budgets.acheck(None, token))]
+    refused = asyncio.run(budgets.acheck(None, token))
+    assert results == [None, None, None]
+    assert refused is not None and refused.budget == "mixed" and refused.status == 429
+    assert budgets.check(None, token) is not None
+    assert budgets.usage([budget])["mixed"].requests == 4  # a refusal counts nothing
+
+
+def test_the_async_throttle_shares_the_sync_window_on_redis(prefix: str) -> None:
+    from types import SimpleNamespace
+
+    from llm_routing.api.throttles import AuditUserThrottle
+
+    request = SimpleNamespace(user=SimpleNamespace(is_authenticated=True, pk=uuid.uuid4().hex))
+    rates = {"API_THROTTLE_RATES": {"user": "3/min", "anon": None}}
+    with override_settings(LLM_ROUTING=rates):
+        allowed = []
+        for i in range(5):
+            throttle = AuditUserThrottle()
+            if i % 2:
+                allowed.append(asyncio.run(throttle.aallow_request(request, None)))
+            else:
+                allowed.append(throttle.allow_request(request, None))
+            wait = throttle.wait()
+            assert wait is not None and 0 < wait <= 60
+    assert allowed == [True, True, True, False, False]
+
+
+# --- a cost cap under concurrency -------------------------------------------------------
+
+#: The price override of the row (USD per million tokens) and what the fake OpenAI
+#: upstream reports per answer (11 prompt + 7 completion tokens): $0.025 a request.
+PRICE_IN, PRICE_OUT = Decimal("1000"), Decimal("2000")
+PER_REQUEST = (11 * PRICE_IN + 7 * PRICE_OUT) / 1_000_000
+COST_CAP = 20 * PER_REQUEST  # room for 20 requests
+CLIENTS = 60
+
+
+class _InFlight:
+    """How many requests the fake upstream holds at once (the most, over the test)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.now = self.most = self.answered = 0
+
+    def enter(self) -> None:
+        with self.lock:
+            self.now += 1
+            self.most = max(self.most, self.now)
+
+    def leave(self) -> None:
+        with self.lock:
+            self.now -= 1
+            self.answered += 1
+
+
+@pytest.fixture
+def in_flight(fake_upstream: FakeUpstream, monkeypatch: pytest.MonkeyPatch) -> _InFlight:
+    from tests.fakes import upstream
+
+    seen = _InFlight()
+    real_next, real_send = fake_upstream._next_fault, upstream._Handler._send
+
+    def next_fault(vendor: str) -> Any:
+        seen.enter()
+        return real_next(vendor)
+
+    def send(self: Any, *args: Any, **kwargs: Any) -> None:
+        try:
+            real_send(self, *args, **kwargs)
+        finally:
+            seen.leave()
+
+    monkeypatch.setattr(fake_upstream, "_next_fault", next_fault)
+    monkeypatch.setattr(upstream._Handler, "_send", send)
+    return seen
+
+
+async def _spend(base: str, token: str) -> list[httpx.Response]:
+    """CLIENTS callers at once, each asking until its budget is exhausted (a refusal
+    while the requests in flight hold the room is retried after its Retry-After)."""
+    limits = httpx.Limits(max_connections=CLIENTS, max_keepalive_connections=0)
+    deadline = time.monotonic() + 90
+    async with httpx.AsyncClient(base_url=base, timeout=60, limits=limits) as client:
+
+        async def caller() -> list[httpx.Response]:
+            seen: list[httpx.Response] = []
+            while time.monotonic() < deadline:
+                r = await client.post(
+                    "/audit/", json=AUDIT, headers={"Authorization": f"Token {token}"}
+                )
+                seen.append(r)
+                if r.status_code != 429 or r.json().get("reset_at") is not None:
+                    if r.status_code != 200:
+                        return seen  # exhausted (or an error the test reports)
+                    continue
+                await asyncio.sleep(float(r.headers["Retry-After"]))
+            return seen
+
+        return [r for rs in await asyncio.gather(*(caller() for _ in range(CLIENTS))) for r in rs]
+
+
+def test_a_cost_cap_is_overshot_by_at_most_one_request_on_two_workers(
+    gunicorn: str, token: str, fake_upstream: FakeUpstream, in_flight: _InFlight
+) -> None:
+    """docs/budgets.md: a cost cap is overshot by at most one request's cost (every
+    request costs the same here, so never more than the peak). 60 callers at once on
+    two workers, each upstream answer taking 0.25 s; the spend is read from the Redis
+    counters and from the Attempt rows."""
+    row = Provider.objects.create(
+        name="paid",
+        kind="openai",
+        model="gpt-4o-mini",
+        base_url=f"{fake_upstream.url}/v1",
+        api_key_env="TEST_PROVIDER_KEY",
+        input_price_per_mtok=PRICE_IN,
+        output_price_per_mtok=PRICE_OUT,
+    )
+    chain = Chain.objects.create(name="default", is_default=True)
+    ChainEntry.objects.create(chain=chain, provider=row, position=0)
+    budget = Budget.objects.create(
+        name="spend", scope="token", subject=token, max_cost_usd=COST_CAP
+    )
+    fake_upstream.script("openai", *[Faults.slow(0.25)] * 400)
+    time.sleep(1.2)  # the workers' copies of the rows are at most 1 s old
+
+    responses = asyncio.run(_spend(gunicorn, token))
+    statuses = Counter(r.status_code for r in responses)
+    # Under ASGI an answer is settled by a task on the worker's loop: the last ones may
+    # land a moment after their response.
+    deadline = time.monotonic() + 10
+    while budgets.usage([budget])["spend"].cost_usd != statuses[200] * PER_REQUEST:
+        assert time.monotonic() < deadline, budgets.usage([budget])
+        time.sleep(0.1)
+    assert set(statuses) <= {200, 429}, statuses
+    served = statuses[200]
+    exhausted = [r for r in responses if r.status_code == 429 and r.json()["reset_at"]]
+    held = [r for r in responses if r.status_code == 429 and not r.json()["reset_at"]]
+    assert len(exhausted) == CLIENTS  # every caller ended on the exhausted budget
+    assert {r.json()["budget"] for r in exhausted + held} == {"spend"}
+    assert all(r.headers["Retry-After"] == "1" for r in held)
+
+    spent = budgets.usage([budget])["spend"].cost_usd
+    recorded = Attempt.objects.aggregate(total=Sum("cost_usd"))["total"]
+    assert spent == recorded == served * PER_REQUEST  # every answer settled, exactly
+    assert COST_CAP <= spent <= COST_CAP + PER_REQUEST, (spent, served)
+    assert in_flight.answered == served
+    # A real race: requests overlapped at the upstream (up to 18 fit under the cap
+    # once one request's cost is known), and the first ones were held back.
+    assert in_flight.most >= 2, in_flight.most
+    assert held, "no caller was held back: nothing raced"
+
+
+def test_the_async_settlement_releases_and_counts_on_redis(prefix: str, token: str) -> None:
+    """On an event loop (the async router) ``request_routed`` settles through
+    redis.asyncio in a task: the tokens land, the place in flight is given back."""
+    from llm_routing.router import route
+    from llm_routing.types import AuditRequest
+
+    routed = route(AuditRequest(task="t", input_text="x", provider="mock"), persist=False)
+    tokens = routed.result.usage.input_tokens + routed.result.usage.output_tokens
+    assert tokens > 0
+    budget = Budget.objects.create(name="aset", scope="token", subject=token, max_tokens=10**6)
+    assert budgets.check(None, token) is None  # this request holds a place
+    other = contextvars.Context().run(budgets.check, None, token)  # another request
+    assert other is not None and other.code == "budget_in_flight"  # the peak is unknown
+
+    async def finish() -> None:
+        budgets._on_request_routed(None, routed=routed)
+        await asyncio.gather(*budgets._settling)
+
+    asyncio.run(finish())
+    assert "async-settle" in budgets._scripts  # the redis.asyncio path ran
+    assert budgets.usage([budget])["aset"].tokens == tokens
+    import redis
+
+    client = redis.Redis.from_url(REDIS_URL)
+    assert not list(client.scan_iter(match=f"{prefix}:*aset*inflight"))  # released
+    assert contextvars.Context().run(budgets.check, None, token) is None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from datetime import timedelta
 from typing import Any
 
@@ -182,14 +183,24 @@ def test_missing_or_malformed_job_id(job: AuditJob, job_id: str) -> None:
     assert job.status == AuditJob.Status.PENDING
 
 
-def test_unreachable_queue_fails_the_job_clearly(
-    job: AuditJob, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    def refuse(*args: Any, **kwargs: Any) -> None:
-        raise ConnectionRefusedError("broker down")
+def test_unreachable_queue_fails_the_job_clearly(job: AuditJob) -> None:
+    from celery import current_app
 
-    monkeypatch.setattr(run_audit_job, "delay", refuse)
-    jobs.enqueue(job.pk)
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    conf = current_app.conf
+    saved = {k: conf[k] for k in ("task_always_eager", "broker_url", "task_publish_retry")}
+    conf.update(
+        task_always_eager=False,
+        broker_url=f"amqp://guest:guest@127.0.0.1:{port}//",
+        task_publish_retry=False,
+    )
+    try:
+        jobs.enqueue(job.pk)
+    finally:
+        conf.update(saved)
+        current_app.pool.force_close_all()
     job.refresh_from_db()
     assert job.status == AuditJob.Status.FAILED
     assert job.error == {"category": "queue_unavailable", "message": "The job could not be queued."}

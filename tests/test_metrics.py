@@ -278,3 +278,24 @@ def test_a_stream_counts_its_time_to_first_chunk(
                     token_type="output")]
         == usage.output_tokens
     )  # fmt: skip
+
+
+@override_settings(LLM_ROUTING=ON)
+def test_the_children_cache_starts_again_past_its_bound(
+    client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The labelled children are cached per family; past CHILDREN_MAX the cache starts
+    again and nothing counted is lost (the family keeps its children)."""
+    from llm_routing import metrics
+
+    monkeypatch.setattr(metrics, "CHILDREN_MAX", 1)
+    metrics._requests.children.clear()
+    before = scrape(client)
+    explicit = AuditRequest(task="t", input_text="x", provider="mock")
+    default = AuditRequest(task="t", input_text="x")
+    for request in (explicit, default, explicit):  # two label sets through a cache of one
+        route(request, sleeper=Sleeps())
+    assert len(metrics._requests.children) == 1
+    changed = delta(scrape(client), before)
+    served = {k: v for k, v in changed.items() if k[0] == "llm_routing_requests_total"}
+    assert sorted(served.values()) == [1, 2], served

@@ -184,3 +184,45 @@ def test_without_opentelemetry_tracing_is_a_no_op() -> None:
     done = python("-c", code, env=clean_env())
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "ok"
+
+
+def test_a_sampled_out_request_writes_no_attempt_span(
+    monkeypatch: pytest.MonkeyPatch, fake_upstream: FakeUpstream,
+    upstream_chain: Callable[..., list[Any]],
+) -> None:  # fmt: skip
+    """A request span the sampler drops: no attempt span is started (their attributes
+    are not even built); a recorded one gets its children (the same provider setup)."""
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ALWAYS_ON
+
+    from llm_routing.router import route
+    from llm_routing.types import AuditRequest
+
+    upstream_chain(("oa", "openai", {"model": "gpt-4o-mini"}))
+    monkeypatch.setenv("TEST_PROVIDER_KEY", CANARY_KEY)
+    if not isinstance(trace.get_tracer_provider(), TracerProvider):
+        provider = TracerProvider()
+        provider.add_span_processor(_SWITCH)
+        trace.set_tracer_provider(provider)  # tracing.enabled() reads the global one
+    started: list[str] = []
+    for sampler, expected, written in (
+        (ALWAYS_OFF, ["llm_routing.route"], 0),
+        (ALWAYS_ON, ["llm_routing.route", "chat"], 2),
+    ):
+        exporter = InMemorySpanExporter()
+        own = TracerProvider(sampler=sampler)
+        own.add_span_processor(SimpleSpanProcessor(exporter))
+        tracer = own.get_tracer("test")
+        real_start = tracer.start_span
+
+        def start_span(name: str, *args: Any, _start: Any = real_start, **kwargs: Any) -> Any:
+            started.append(name)
+            return _start(name, *args, **kwargs)
+
+        monkeypatch.setattr(tracer, "start_span", start_span)
+        monkeypatch.setattr(tracing, "_tracer", lambda tracer=tracer: tracer)
+        started.clear()
+        routed = route(AuditRequest(task="t", input_text="x"))
+        assert routed.result.ok
+        assert [name.split(" ")[0] for name in started] == expected
+        assert len(exporter.get_finished_spans()) == written

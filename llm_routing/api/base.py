@@ -17,7 +17,7 @@ import asyncio
 import functools
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
-from typing import Any, ClassVar, ParamSpec, TypeVar
+from typing import Any, ClassVar, ParamSpec, TypeVar, cast
 
 from asgiref.sync import markcoroutinefunction, sync_to_async
 from django.db import close_old_connections
@@ -26,18 +26,21 @@ from django.http.response import HttpResponseBase
 from django.utils.module_loading import import_string
 from rest_framework.authentication import BaseAuthentication
 from rest_framework.exceptions import PermissionDenied
-from rest_framework.permissions import BasePermission
+from rest_framework.permissions import AllowAny, BasePermission, IsAuthenticated
 from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.throttling import BaseThrottle
 from rest_framework.views import APIView
 
+from .. import snapshot
 from ..access import principal_for, refusal
 from ..conf import routing_settings
-from ..types import AuditRequest
-from .budget_guard import enforce_budgets
+from ..types import AuditRequest, Principal
+from .authentication import TokenAuthentication
+from .budget_guard import aenforce_budgets, enforce_budgets
 from .parsers import LimitedJSONParser
+from .throttles import WindowRateThrottle
 
 __all__ = ["RoutingAPIView", "ServerMatchedView", "in_thread"]
 
@@ -128,6 +131,14 @@ class RoutingAPIView(APIView):
 
     #: The HTTP method also served as a coroutine under ASGI (``admit`` + ``aanswer``).
     async_method: ClassVar[str | None] = None
+    #: ``admit`` reads no database row (it validates and reads the config snapshot), so
+    #: under ASGI it may run on the event loop when everything else answers from memory.
+    admits_inline: ClassVar[bool] = False
+
+    #: Set while ``admit`` runs on the event loop: ``authorize`` leaves the budgets to
+    #: :meth:`adispatch` (their async check), and DRF's ``initial`` leaves the throttles.
+    _inline = False
+    _principal: Principal | None = None
 
     def get_authenticators(self) -> list[BaseAuthentication]:
         return [import_string(p)() for p in routing_settings.API_AUTHENTICATION_CLASSES]
@@ -145,8 +156,15 @@ class RoutingAPIView(APIView):
         reason = refusal(audit_request)
         if reason is not None:
             raise PermissionDenied(reason)
-        enforce_budgets(request, audit_request.principal)  # budgets: 429 before the walk
+        if self._inline:
+            self._principal = audit_request.principal  # counted by adispatch, async
+        else:
+            enforce_budgets(request, audit_request.principal)  # budgets: 429 before the walk
         return audit_request
+
+    def check_throttles(self, request: Request) -> None:
+        if not self._inline:  # on the event loop the throttles are awaited instead
+            super().check_throttles(request)
 
     # --- the two faces --------------------------------------------------------------
 
@@ -183,14 +201,18 @@ class RoutingAPIView(APIView):
 
     async def adispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
         """DRF's ``dispatch`` for ``async_method``: authentication, permissions,
-        throttles and ``admit`` in one worker-thread hop, then ``aanswer`` on the loop;
-        errors through the same ``handle_exception`` as the sync face."""
+        throttles and ``admit`` (on the loop when :meth:`answers_from_memory`, else in
+        one worker-thread hop), then ``aanswer`` on the loop; errors through the same
+        ``handle_exception`` as the sync face."""
         self.args, self.kwargs = args, kwargs
         drf_request = self.initialize_request(request, *args, **kwargs)
         self.request = drf_request
         self.headers = self.default_response_headers
         try:
-            admitted = await in_thread(self._initial_and_admit)(drf_request)
+            if self.admits_inline and await self.answers_from_memory(drf_request):
+                admitted = await self._ainitial_and_admit(drf_request)
+            else:
+                admitted = await in_thread(self._initial_and_admit)(drf_request)
             response = await self.aanswer(drf_request, admitted)
         except Exception as exc:
             response = self.handle_exception(exc)
@@ -200,6 +222,67 @@ class RoutingAPIView(APIView):
     def _initial_and_admit(self, request: Request) -> Any:
         self.initial(request, *self.args, **self.kwargs)
         return self.admit(request)
+
+    async def answers_from_memory(self, request: Request) -> bool:
+        """Whether authentication, permissions, throttles, ``admit`` and the budgets can
+        run on the event loop without a blocking call: the config snapshot is fresh
+        (awaited here), the authenticator that answers is a token one answering from
+        its cache
+        (:meth:`~llm_routing.api.authentication.TokenAuthentication.answers_from_memory`),
+        the permissions are DRF's ``IsAuthenticated`` / ``AllowAny`` and the throttles
+        are this app's window counters. Otherwise the whole step runs in a worker
+        thread, as under WSGI."""
+        await snapshot.acurrent()  # fresh for this request: admit reads it with no I/O
+        if not _authenticates_from_memory(request):
+            return False
+        if not all(type(p) in _PURE_PERMISSIONS for p in self.get_permissions()):
+            return False
+        return all(isinstance(t, WindowRateThrottle) for t in self.get_throttles())
+
+    async def _ainitial_and_admit(self, request: Request) -> Any:
+        """:meth:`_initial_and_admit` on the event loop: the same steps in the same
+        order (authenticate, permissions, throttles, validate and authorize, budgets),
+        the throttles and budgets through their async cache calls."""
+        self._inline = True
+        try:
+            self.initial(request, *self.args, **self.kwargs)  # throttles skipped
+            waits = [
+                throttle.wait()
+                for throttle in self.get_throttles()
+                if not await throttle.aallow_request(request, self)  # type: ignore[attr-defined]
+            ]
+            if waits:
+                longest = max((w for w in waits if w is not None), default=None)
+                self.throttled(request, cast(float, longest))  # DRF's own passes None too
+            user = request.user
+            if getattr(user, "is_authenticated", False) and not isinstance(
+                getattr(user, "_llm_routing_principal", None), Principal
+            ):  # the caller's groups and permissions: read once per cached user object
+                await in_thread(principal_for)(user)
+            admitted = self.admit(request)
+            if self._principal is not None:
+                await aenforce_budgets(request, self._principal)
+            return admitted
+        finally:
+            self._inline = False
+
+
+def _authenticates_from_memory(request: Request) -> bool:
+    """DRF asks the authenticators in order until one answers: the one that answers
+    must be a token authenticator answering from its cache (no credentials at all:
+    anonymous, no query either). Another authenticator reached (the session's reads
+    the session) means a worker thread."""
+    for authenticator in request.authenticators or ():
+        if not isinstance(authenticator, TokenAuthentication):
+            return False
+        answered = authenticator.answers_from_memory(request)
+        if answered is not None:
+            return answered
+    return True
+
+
+#: Permission classes that read nothing but the request's user (no query).
+_PURE_PERMISSIONS = (IsAuthenticated, AllowAny)
 
 
 def _rendered(view: Callable[..., Any]) -> Callable[..., Any]:

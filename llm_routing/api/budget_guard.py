@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from asgiref.sync import sync_to_async
 from rest_framework.exceptions import APIException
 from rest_framework.request import Request
 
@@ -60,6 +59,9 @@ def enforce_budgets(request: Request, principal: Principal | None) -> None:
         raise BudgetRefused(refusal)
 
 
-#: The same for async views (the database and cache calls run in a worker thread; the
-#: grant it sets is carried back into the caller's context by asgiref).
-aenforce_budgets = sync_to_async(enforce_budgets, thread_sensitive=False)
+async def aenforce_budgets(request: Request, principal: Principal | None) -> None:
+    """:func:`enforce_budgets` on the event loop (:func:`llm_routing.budgets.acheck`:
+    one ``redis.asyncio`` round trip; a worker thread where the check would block)."""
+    refusal = await budgets.acheck(principal, _token_key(request))
+    if refusal is not None:
+        raise BudgetRefused(refusal)

@@ -57,6 +57,7 @@ from .chat_serializers import (
     check_conversation,
     check_json_schema,
 )
+from .reuse import reused
 from .schema_docs import CHAT_COMPLETIONS, MODELS
 from .serializers import ToolCallSerializer, output_tokens_within_limit
 from .sse import aclose_events, closing_events, sse, sse_response
@@ -467,6 +468,7 @@ _CHAT_DOCS = _with_shapes(CHAT_COMPLETIONS)
 
 class ChatCompletionsView(OpenAIErrorsMixin, RoutingAPIView):
     async_method = "post"
+    admits_inline = True
 
     @extend_schema(request=ChatCompletionRequestSerializer, **_CHAT_DOCS)
     def post(self, request: Request) -> HttpResponseBase:
@@ -474,11 +476,11 @@ class ChatCompletionsView(OpenAIErrorsMixin, RoutingAPIView):
 
     def admit(self, request: Request) -> tuple[AuditRequest, bool]:
         """The validated, authorized request and whether the stream ends with usage."""
-        serializer = ChatCompletionRequestSerializer(data=request.data)
-        serializer.is_valid(raise_exception=True)
-        audit_request = self.authorize(request, serializer.to_request())
-        opts = serializer.validated_data.get("stream_options") or {}
-        return audit_request, bool(opts.get("include_usage"))
+        with reused(ChatCompletionRequestSerializer, request.data) as serializer:
+            serializer.is_valid(raise_exception=True)
+            audit_request = serializer.to_request()
+            opts = serializer.validated_data.get("stream_options") or {}
+        return self.authorize(request, audit_request), bool(opts.get("include_usage"))
 
     def answer(self, request: Request, admitted: tuple[AuditRequest, bool]) -> HttpResponseBase:
         audit_request, include_usage = admitted

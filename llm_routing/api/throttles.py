@@ -4,14 +4,16 @@ a fixed window: one counter per caller and window, one cache round trip per requ
 DRF's ``SimpleRateThrottle`` keeps every request's timestamp for the whole window (a
 GET and a SET of a list that grows with the rate). These throttles keep one integer:
 on Redis (Django's backend), ``SET key 0 EX <window> NX`` + ``INCR key`` + ``PTTL key``
-in one ``MULTI``/``EXEC`` pipeline — one round trip and constant cost whatever the
-rate; on any other backend, ``cache.add`` + ``cache.incr``. The window opens at a
+in one Lua script (``EVALSHA``) — one round trip, one command, atomic, and constant cost
+whatever the rate; on any other backend, ``cache.add`` + ``cache.incr``. The window opens at a
 caller's first request (not on a clock boundary) and lasts the rate's period; the
 ``N``-th request in it is the last one allowed, and a refused request's ``Retry-After``
 is the time left in the window (:meth:`WindowRateThrottle.wait`). Rates are DRF's
 strings (``"60/min"``, ``"10/s"``, ``"1000/day"``). The counters live in the routing
 cache (``LLM_ROUTING["CACHE_ALIAS"]``, one shared client: :mod:`llm_routing.cache`), so
-every worker process that shares it shares the counts.
+every worker process that shares it shares the counts. Under ASGI the async views call
+:meth:`WindowRateThrottle.aallow_request`: the same script and keys through
+``redis.asyncio`` on the event loop (LocMem inline, other backends in a worker thread).
 
 Policy when the cache behind them fails (Redis down, a timeout, a refused connection):
 **fail open** — the request is let through unthrottled rather than answered with a 500,
@@ -29,9 +31,11 @@ import threading
 import time
 from typing import Any
 
+from asgiref.sync import sync_to_async
+from django.core.cache.backends.locmem import LocMemCache
 from rest_framework.throttling import BaseThrottle
 
-from ..cache import raw_redis, routing_cache
+from ..cache import async_redis, raw_redis, routing_cache
 from ..conf import routing_settings
 
 __all__ = [
@@ -71,6 +75,18 @@ def _cache_failed(scope: str, exc: Exception) -> None:
         FAIL_OPEN_LOG_INTERVAL_S,
     )
 
+
+# KEYS[1]: the caller's window counter; ARGV[1]: the window in seconds.
+# Returns {count in the window, milliseconds left in it}.
+_WINDOW_LUA = """
+redis.call('SET', KEYS[1], 0, 'EX', tonumber(ARGV[1]), 'NX')
+local count = redis.call('INCR', KEYS[1])
+return {count, redis.call('PTTL', KEYS[1])}
+"""
+
+#: The registered script, for redis-py ("sync") and redis.asyncio ("async"); each call
+#: passes its own client (EVALSHA, loaded again after a Redis restart).
+_scripts: dict[str, Any] = {}
 
 #: Seconds of each period letter DRF's rate strings accept (``s``, ``min``, ``hour``, ``day``).
 _PERIODS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -114,18 +130,44 @@ class WindowRateThrottle(BaseThrottle):
         count, self.remaining_s = self._hit(f"llmr-throttle:{self.scope}:{ident}")
         return count <= self.num_requests
 
+    async def aallow_request(self, request: Any, view: Any) -> bool:
+        """:meth:`allow_request` on the event loop: one ``redis.asyncio`` script call (the
+        same commands and keys as the sync path), LocMem inline, any other backend in
+        a worker thread."""
+        if self.rate is None:
+            return True
+        ident = self.get_ident_key(request)
+        if ident is None:
+            return True
+        count, self.remaining_s = await self._ahit(f"llmr-throttle:{self.scope}:{ident}")
+        return count <= self.num_requests
+
+    async def _ahit(self, key: str) -> tuple[int, float]:
+        cache = routing_cache()
+        aredis = async_redis(cache)
+        if aredis is not None:
+            client = aredis.client()
+            script = _scripts.get("async") or _scripts.setdefault(
+                "async", client.register_script(_WINDOW_LUA)
+            )
+            count, pttl = await script(
+                keys=[cache.make_key(key)], args=[self.duration], client=client
+            )
+            return self._counted(count, pttl)
+        if isinstance(cache, LocMemCache):  # in process memory: nothing to wait on
+            return self._hit(key)
+        return await sync_to_async(self._hit, thread_sensitive=False)(key)
+
     def _hit(self, key: str) -> tuple[int, float]:
         """Count one request in ``key``'s window: (the count, seconds left in it)."""
         cache = routing_cache()
         client = raw_redis(cache)
         if client is not None:
-            full = cache.make_and_validate_key(key)
-            pipe = client.pipeline(transaction=True)
-            pipe.set(full, 0, ex=self.duration, nx=True)
-            pipe.incr(full)
-            pipe.pttl(full)
-            _, count, pttl = pipe.execute()
-            return int(count), max(0.0, pttl / 1000.0) if pttl >= 0 else float(self.duration)
+            script = _scripts.get("sync") or _scripts.setdefault(
+                "sync", client.register_script(_WINDOW_LUA)
+            )
+            count, pttl = script(keys=[cache.make_key(key)], args=[self.duration], client=client)
+            return self._counted(count, pttl)
         now = self.timer()
         start_key = f"{key}:start"
         if cache.add(start_key, now, self.duration):
@@ -140,6 +182,10 @@ class WindowRateThrottle(BaseThrottle):
             return 1, float(self.duration)
         return int(count), max(0.0, float(start) + self.duration - now)
 
+    def _counted(self, count: Any, pttl: Any) -> tuple[int, float]:
+        pttl = int(pttl)
+        return int(count), max(0.0, pttl / 1000.0) if pttl >= 0 else float(self.duration)
+
     def wait(self) -> float | None:
         """Seconds until the caller's window ends (the 429's ``Retry-After``)."""
         return self.remaining_s
@@ -152,6 +198,15 @@ class _FailOpen(WindowRateThrottle):
         try:
             return super().allow_request(request, view)
         except Exception as exc:  # the cache, whatever its backend raises
+            _cache_failed(str(self.scope), exc)
+            return True
+
+    async def aallow_request(self, request: Any, view: Any) -> bool:
+        if time.monotonic() < _retry_at:
+            return True
+        try:
+            return await super().aallow_request(request, view)
+        except Exception as exc:
             _cache_failed(str(self.scope), exc)
             return True
 

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.http.response import HttpResponseBase
 from drf_spectacular.utils import extend_schema
@@ -19,8 +19,9 @@ from ..resilience import breaker
 from ..router import aroute_stream, route_stream
 from ..service import aexecute, execute
 from ..types import AuditRequest, RouterStreamEvent, RoutingResult, StreamChunk, StreamResult
-from .base import RoutingAPIView
+from .base import RoutingAPIView, in_thread
 from .job_views import submit_job
+from .reuse import reused
 from .schema_docs import AUDIT, HEALTH, documented
 from .serializers import AuditRequestSerializer, AuditResponseSerializer
 from .sse import closing_events, sse, sse_response
@@ -30,6 +31,7 @@ __all__ = ["AuditView", "HealthView"]
 
 class AuditView(RoutingAPIView):
     async_method = "post"
+    admits_inline = True  # an async job is submitted by the answer, in a worker thread
 
     def perform_content_negotiation(self, request: Request, force: bool = False) -> Any:
         # SSE clients send ``Accept: text/event-stream``: a streamed answer is served in
@@ -42,31 +44,36 @@ class AuditView(RoutingAPIView):
     def post(self, request: Request) -> HttpResponseBase:
         return self.handle(request)
 
-    def admit(self, request: Request) -> AuditRequest | Response:
-        """The validated, authorized request, or the 202 of an async job."""
-        serializer = AuditRequestSerializer(data=request.data)
-        serializer.is_valid(raise_exception=True)
-        audit_request = self.authorize(request, serializer.to_request())
-        if serializer.validated_data.get("async"):
-            return submit_job(request, serializer.validated_data)
-        return audit_request
+    def admit(self, request: Request) -> AuditRequest | _Job:
+        """The validated, authorized request, or the async job to submit."""
+        with reused(AuditRequestSerializer, request.data) as serializer:
+            serializer.is_valid(raise_exception=True)
+            audit_request = serializer.to_request()
+            data = serializer.validated_data
+            job = _Job(data) if data.get("async") else None
+        audit_request = self.authorize(request, audit_request)
+        return job or audit_request
 
-    def answer(self, request: Request, admitted: AuditRequest | Response) -> HttpResponseBase:
-        if isinstance(admitted, Response):
-            return admitted
+    def answer(self, request: Request, admitted: AuditRequest | _Job) -> HttpResponseBase:
+        if isinstance(admitted, _Job):
+            return submit_job(request, admitted.data)  # 202
         if admitted.stream:
             events = route_stream(admitted, request_id=current_request_id())
             return sse_response(_audit_frame(e) for e in events)
         return _audit_response(execute(admitted, request_id=current_request_id()))
 
-    async def aanswer(
-        self, request: Request, admitted: AuditRequest | Response
-    ) -> HttpResponseBase:
-        if isinstance(admitted, Response):
-            return admitted
+    async def aanswer(self, request: Request, admitted: AuditRequest | _Job) -> HttpResponseBase:
+        if isinstance(admitted, _Job):  # a row and a broker message: off the loop
+            return await in_thread(submit_job)(request, admitted.data)
         if admitted.stream:
             return sse_response(_aaudit_frames(admitted))
         return _audit_response(await aexecute(admitted, request_id=current_request_id()))
+
+
+class _Job(NamedTuple):
+    """An admitted ``"async": true`` request: submitted by the answer (202)."""
+
+    data: dict[str, Any]
 
 
 def _audit_response(routed: RoutingResult) -> Response:

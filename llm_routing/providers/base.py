@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import itertools
 import json
 import logging
@@ -274,7 +275,7 @@ class HttpProvider(BaseProvider):
         # The limits go to the transport: httpx ignores a client's ``limits`` when it
         # is given a transport.
         transport = self._transport or httpx.HTTPTransport(
-            retries=0, limits=pool_limits(), verify=tls_context()
+            retries=0, limits=pool_limits(), verify=shared_ssl_context()
         )
         return httpx.Client(**self.client_options(), transport=transport)
 
@@ -895,6 +896,17 @@ def _call_failure(exc: Exception, client_closed: bool) -> Exception:
     return exc
 
 
+@functools.cache
+def shared_ssl_context() -> ssl.SSLContext:
+    """The one verifying TLS context of every upstream client in this process (sync and
+    async, every shard): httpx builds a context per transport by default, and each loads
+    the CA bundle — measured 40 ms and 0.9 MiB apiece, so an async pool of 32 shards
+    blocked its event loop for 1.3 s on its first call and held 28 MiB
+    (docs/benchmarks.md). httpx's own defaults (certifi, ``SSL_CERT_FILE`` /
+    ``SSL_CERT_DIR`` read once, at the first client)."""
+    return httpx.create_ssl_context()
+
+
 def pool_limits() -> httpx.Limits:
     """The connection-pool bounds of every adapter client (sync and async):
     ``HTTP_MAX_CONNECTIONS`` and ``HTTP_MAX_KEEPALIVE``."""
@@ -902,24 +914,6 @@ def pool_limits() -> httpx.Limits:
         max_connections=int(routing_settings.HTTP_MAX_CONNECTIONS),
         max_keepalive_connections=int(routing_settings.HTTP_MAX_KEEPALIVE),
     )
-
-
-_tls_lock = threading.Lock()
-_tls: ssl.SSLContext | None = None
-
-
-def tls_context() -> ssl.SSLContext:
-    """The process's one TLS client context (httpx's defaults, ``SSL_CERT_FILE`` /
-    ``SSL_CERT_DIR`` honoured), shared by every adapter transport. Loading the CA
-    store costs tens of milliseconds of CPU; a context per transport made the first
-    call of an adapter on an event loop load it once per pool shard (32 times with
-    the default limits: over a second with the loop blocked)."""
-    global _tls
-    if _tls is None:
-        with _tls_lock:
-            if _tls is None:
-                _tls = httpx.create_ssl_context()
-    return _tls
 
 
 #: Connections per shard of an async pool (:class:`ShardedAsyncTransport`).
@@ -950,10 +944,10 @@ class ShardedAsyncTransport(httpx.AsyncBaseTransport):
             max_keepalive_connections=math.ceil(keepalive / count),
             keepalive_expiry=limits.keepalive_expiry,
         )
-        verify = tls_context()
+        ssl_context = shared_ssl_context()
         return cls(
             [
-                httpx.AsyncHTTPTransport(retries=0, limits=shard_limits, verify=verify)
+                httpx.AsyncHTTPTransport(retries=0, limits=shard_limits, verify=ssl_context)
                 for _ in range(count)
             ]
         )

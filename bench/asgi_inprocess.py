@@ -1,0 +1,169 @@
+#!/usr/bin/env python3
+"""The CPU one ``/v1/chat/completions`` costs inside the ASGI application, with no
+server in front: the demo project's ``llm_routing.asgi.get_asgi_application()`` called
+directly with ASGI messages, against bench/gateways.py's fake OpenAI-format upstream
+(its own process), with the production settings bench/gateways.py uses (PostgreSQL,
+Redis, write-behind recording).
+
+    .venv/bin/python bench/asgi_inprocess.py \\
+        --database-url postgres://postgres@127.0.0.1:5432/llm_routing_gateways \\
+        --redis-url redis://127.0.0.1:6379/0 [-n 3000] [-c 1] [--py-spy PATH]
+
+Prints the wall time and the process CPU time per request (the upstream's CPU is not
+counted). With ``--py-spy PATH`` (a py-spy binary; ``pip install py-spy`` in any
+virtualenv) it samples the run (GIL-holding samples only, so waiting is not counted)
+and prints the share of the request's CPU in each part of the serving path — the
+profile in docs/benchmarks.md ("Where the time goes").
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import json
+import multiprocessing
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench import gateways  # noqa: E402
+
+#: The parts of the serving path, by a frame that marks each (inclusive shares).
+PARTS = {
+    "the ASGI handler (the request on the event loop)": "InlineMiddlewareASGIHandler.handle",
+    "  middleware, URL resolution, view": "RequestIdMiddleware._acall",
+    "    admit: authentication, permissions, throttles, validation, access, budgets": (
+        "_ainitial_and_admit"
+    ),
+    "      throttle (one redis.asyncio script call)": "aallow_request",
+    "      body validation (DRF serializer)": "is_valid",
+    "    route: the walk, the adapter, the record": "aroute",
+    "      adapter and httpx (the upstream call)": "HttpProvider.acomplete",
+    "      circuit breaker (one redis.asyncio GET)": "Allow.arun",
+    "      record (queued for the write-behind thread)": "Record.arun",
+    "    DRF response rendering": "_plain",
+    "write-behind thread (batched INSERTs)": "WriteBehind._run",
+}
+
+
+def _scope(token: str, length: int) -> dict[str, Any]:
+    return {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": "/v1/chat/completions",
+        "raw_path": b"/v1/chat/completions",
+        "query_string": b"",
+        "root_path": "",
+        "headers": [
+            (b"host", b"127.0.0.1:8000"),
+            (b"content-type", b"application/json"),
+            (b"authorization", f"Bearer {token}".encode()),
+            (b"content-length", str(length).encode()),
+        ],
+        "client": ("127.0.0.1", 5555),
+        "server": ("127.0.0.1", 8000),
+    }
+
+
+async def _drive(app: Any, token: str, n: int, concurrency: int) -> tuple[float, float]:
+    body = json.dumps(gateways.BODY).encode()
+    scope = _scope(token, len(body))
+
+    async def one() -> None:
+        sent: list[dict[str, Any]] = []
+        delivered = False
+
+        async def receive() -> dict[str, Any]:
+            nonlocal delivered
+            if not delivered:
+                delivered = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            await asyncio.sleep(3600)  # no disconnect: the handler cancels this
+            return {"type": "http.disconnect"}
+
+        async def send(message: dict[str, Any]) -> None:
+            sent.append(message)
+
+        await app(dict(scope), receive, send)
+        if sent[0]["status"] != 200:
+            raise SystemExit(f"HTTP {sent[0]['status']}: {sent[1:]}")
+
+    for _ in range(50):  # warm: the token cache, the snapshot, the pools
+        await one()
+    gate = asyncio.Semaphore(concurrency)
+
+    async def limited() -> None:
+        async with gate:
+            await one()
+
+    wall, cpu = time.perf_counter(), time.process_time()
+    await asyncio.gather(*(limited() for _ in range(n)))
+    return (time.perf_counter() - wall) / n * 1000, (time.process_time() - cpu) / n * 1000
+
+
+def _shares(raw: Path) -> list[tuple[str, float]]:
+    total = 0
+    counts: collections.Counter[str] = collections.Counter()
+    for line in raw.read_text().splitlines():
+        stack, _, number = line.rpartition(" ")
+        frames = [f.split(" (")[0] for f in stack.split(";")]
+        if any(m in f for f in frames for m in ("get_asgi_application", "prepare_app")):
+            continue  # start-up (the fake upstream is another process: not sampled)
+        total += int(number)
+        for name, marker in PARTS.items():
+            if any(marker in f for f in frames):
+                counts[name] += int(number)
+    return [(name, 100.0 * counts[name] / max(total, 1)) for name in PARTS]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--database-url", required=True)
+    parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/0")
+    parser.add_argument("-n", type=int, default=3000, help="requests measured")
+    parser.add_argument("-c", type=int, default=1, help="requests in flight")
+    parser.add_argument("--py-spy", help="sample the run with this py-spy binary")
+    parser.add_argument("--run", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.py_spy and not args.run:
+        raw = Path(tempfile.mkdtemp()) / "samples.txt"
+        argv = [a for a in sys.argv[1:] if not a.startswith("--py-spy")]
+        if args.py_spy in argv:
+            argv.remove(args.py_spy)
+        cmd = [args.py_spy, "record", "-g", "-r", "300", "-f", "raw", "-o", str(raw), "--"]
+        subprocess.run([*cmd, sys.executable, __file__, *argv, "--run"], check=True)
+        for name, share in _shares(raw):
+            print(f"{share:5.1f} %  {name}")
+        return
+    port = gateways.free_port()
+    upstream = multiprocessing.Process(target=gateways.serve_upstream, args=(port, 0.0))
+    upstream.daemon = True
+    upstream.start()
+    gateways.wait_port(port)
+    settings = argparse.Namespace(
+        database_url=args.database_url, redis_url=args.redis_url, workers=1
+    )
+    token = gateways.prepare_app(settings, port, port)
+    os.environ.update(gateways.app_env(settings, 0))
+    os.chdir(ROOT)
+    from llm_routing.asgi import get_asgi_application
+
+    app = get_asgi_application()
+    wall_ms, cpu_ms = asyncio.run(_drive(app, token, args.n, args.c))
+    print(f"{args.n} requests, {args.c} in flight: {wall_ms:.3f} ms wall, {cpu_ms:.3f} ms CPU each")
+    upstream.terminate()
+
+
+if __name__ == "__main__":
+    main()
