@@ -208,7 +208,7 @@ def test_audit_fails_over_non_stream_and_stream(
     body = plain.json()
     assert body["result"]["provider"] == "second"
     failed_over = [("first", "error", "unavailable"), ("second", "ok", None)]
-    assert audit_attempts(body) == failed_over
+    assert audit_attempts(body) == failed_over, body["routing_metadata"]
     assert body["routing_metadata"]["fallback_reason"] == "unavailable"
     text, result = audit_stream(streamed)
     assert text == "from the second" and result["result"]["provider"] == "second"
