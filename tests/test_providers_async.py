@@ -768,6 +768,38 @@ def test_every_shard_and_client_shares_one_verifying_tls_context(tmp_path: Any) 
         server.shutdown()
 
 
+def test_every_shard_and_client_shares_one_tls_context(
+    make_adapter: MakeAdapter,
+) -> None:
+    """A TLS context holds its own parsed CA bundle (~0.8 MiB): one per process, not one
+    per shard (32 per provider per event loop at the default limits)."""
+    import ssl
+
+    from llm_routing.providers.base import ShardedAsyncTransport, shared_ssl_context
+
+    context = shared_ssl_context()
+    assert isinstance(context, ssl.SSLContext)
+    assert context.verify_mode == ssl.CERT_REQUIRED and context.check_hostname
+    transport = ShardedAsyncTransport.from_limits(httpx.Limits(max_connections=1000))
+    assert len(transport.shards) > 1
+    assert all(shard._pool._ssl_context is context for shard in transport.shards)
+    adapter = make_adapter("openai")
+    assert isinstance(adapter, HttpProvider)
+    try:
+        assert adapter.client._transport._pool._ssl_context is context  # type: ignore[attr-defined]
+
+        async def shards() -> list[object]:
+            aclient = adapter.aclient
+            assert isinstance(aclient._transport, ShardedAsyncTransport)
+            contexts = [s._pool._ssl_context for s in aclient._transport.shards]
+            await adapter.aclose()
+            return contexts
+
+        assert all(c is context for c in run_async(shards()))
+    finally:
+        adapter.close()
+
+
 @override_settings(LLM_ROUTING={"HTTP_MAX_CONNECTIONS": 64, "HTTP_MAX_KEEPALIVE": 64})
 def test_concurrent_calls_are_spread_over_the_shards(
     make_adapter: MakeAdapter, fake_upstream: FakeUpstream

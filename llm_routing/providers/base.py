@@ -902,8 +902,10 @@ def shared_ssl_context() -> ssl.SSLContext:
     async, every shard): httpx builds a context per transport by default, and each loads
     the CA bundle — measured 40 ms and 0.9 MiB apiece, so an async pool of 32 shards
     blocked its event loop for 1.3 s on its first call and held 28 MiB
-    (docs/benchmarks.md). httpx's own defaults (certifi, ``SSL_CERT_FILE`` /
-    ``SSL_CERT_DIR`` read once, at the first client)."""
+    (docs/benchmarks.md, "Memory per worker"). httpx's own defaults (certifi,
+    ``SSL_CERT_FILE`` / ``SSL_CERT_DIR`` read once, at the first client). One context
+    serving many connections is how :mod:`ssl` is meant to be used (thread-safe, no
+    per-connection state); it holds no socket, so it survives a fork."""
     return httpx.create_ssl_context()
 
 
