@@ -121,6 +121,17 @@ def _reset(*, setting: str, **kwargs: Any) -> None:
             _async.clear()
 
 
+#: Connections of each event loop's redis.asyncio pool (the cache's OPTIONS
+#: ``max_connections`` overrides it); more commands in flight wait for one.
+ASYNC_POOL_SIZE = 100
+#: How long a command waits for a pooled connection when the cache sets no
+#: ``socket_timeout``.
+ASYNC_POOL_WAIT_S = 1.0
+_ASYNC_POOL_OPTIONS = frozenset(
+    {"socket_timeout", "socket_connect_timeout", "socket_keepalive", "max_connections"}
+)
+
+
 class AsyncRedis:
     """The routing cache's Redis for code on the event loop: a ``redis.asyncio`` client
     per event loop (an asyncio connection belongs to its loop), with the cache's own
@@ -133,6 +144,11 @@ class AsyncRedis:
         client = cache._cache  # the backend's RedisCacheClient (one per cache object)
         self._url: str = client._servers[0]  # type: ignore[attr-defined]
         self._serializer = client._serializer  # type: ignore[attr-defined]
+        # The cache's socket options (timeouts), as the sync client gets them.
+        options = client._pool_options  # type: ignore[attr-defined]
+        self._options: dict[str, Any] = {
+            k: v for k, v in options.items() if k in _ASYNC_POOL_OPTIONS and v is not None
+        }
         self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = (
             weakref.WeakKeyDictionary()
         )
@@ -147,7 +163,19 @@ class AsyncRedis:
                 if client is None:
                     import redis.asyncio  # only with a Redis cache (redis-py is optional)
 
-                    client = self._clients[loop] = redis.asyncio.Redis.from_url(self._url)
+                    # A blocking pool: past its size a command waits for a connection
+                    # (at most the socket timeout) instead of failing at once, which
+                    # redis-py's default pool does past 100 commands in flight on the
+                    # loop — a loop holding hundreds of requests would put every
+                    # circuit on process-local state (tests/test_cache_async_services.py).
+                    options = dict(self._options)
+                    pool = redis.asyncio.BlockingConnectionPool.from_url(
+                        self._url,
+                        max_connections=int(options.pop("max_connections", ASYNC_POOL_SIZE)),
+                        timeout=float(options.get("socket_timeout") or ASYNC_POOL_WAIT_S),
+                        **options,
+                    )
+                    client = self._clients[loop] = redis.asyncio.Redis(connection_pool=pool)
         return client
 
     def client(self) -> Any:

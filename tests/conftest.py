@@ -162,11 +162,15 @@ def anon() -> APIClient:
 
 
 @pytest.fixture(autouse=True)
-def _clear_cache() -> Iterator[None]:
+def _clear_cache(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     from django.core.cache import caches
 
     for alias in caches:
         caches[alias].clear()
+    # A fresh circuit store: a test whose cache failed leaves the process store on its
+    # process-local fallback for CACHE_RETRY_S (wall time), and that state is no cache
+    # the line above clears — circuits would carry over into the next tests.
+    monkeypatch.setattr(breaker, "store", CircuitStore())
     # The test database is rolled back after each test (no signal): forget the snapshot.
     snapshot.clear()
     clear_token_cache()

@@ -50,6 +50,9 @@ LLM_ROUTING = {
     "JOB_LEASE_GRACE_S": float(os.environ.get("LLMR_TEST_LEASE_GRACE_S", "30")),
     # GET /metrics of the spawned gunicorn (tests/test_metrics_services.py).
     "METRICS_TOKEN": os.environ.get("LLM_ROUTING_METRICS_TOKEN") or None,
+    # How the spawned servers record decisions (tests/test_asgi_server_services.py).
+    "RECORD_MODE": os.environ.get("LLMR_TEST_RECORD_MODE", "inline"),
+    "SPOOL_DIR": os.environ.get("LLMR_TEST_SPOOL_DIR") or None,
 }
 if os.environ.get("LLMR_TEST_NO_THROTTLES"):  # the budget race: only budgets may refuse
     LLM_ROUTING["API_THROTTLE_CLASSES"] = []

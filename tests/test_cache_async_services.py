@@ -65,3 +65,29 @@ def test_the_breakers_async_path_sees_what_the_sync_path_wrote() -> None:
     asyncio.run(fail_async())
     assert not breaker.allow(config)  # written by the async path, read by the sync one
     breaker.store.reset(config.name, config.model)
+
+
+def test_more_commands_in_flight_than_the_pool_holds_wait_for_a_connection() -> None:
+    """A loop holding many requests has many Redis commands in flight at once (circuit
+    reads, throttle scripts). Past the pool's size a command waits for a connection;
+    redis-py's default asyncio pool raised MaxConnectionsError past 100 instead, and
+    the breaker fell back to process-local state (no longer shared by the workers) for
+    CACHE_RETRY_S. Here 300 commands each hold a connection for 0.2 s (a BLPOP on an
+    empty list) through the loop's client."""
+    from llm_routing.cache import ASYNC_POOL_SIZE
+
+    aredis = async_redis(routing_cache())
+    assert aredis is not None, "the services suite runs the routing cache on Redis"
+    empty = f"llmr-async-empty-{uuid.uuid4().hex}"
+
+    async def all_at_once() -> list[object]:
+        client = aredis.client()
+        return list(
+            await asyncio.gather(
+                *(client.blpop([empty], timeout=0.2) for _ in range(3 * ASYNC_POOL_SIZE)),
+                return_exceptions=True,
+            )
+        )
+
+    answers = asyncio.run(all_at_once())
+    assert {type(a).__name__ for a in answers} == {"NoneType"}, answers[:3]

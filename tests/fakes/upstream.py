@@ -57,6 +57,8 @@ class RecordedRequest:
     query: str
     headers: dict[str, str]
     body: bytes
+    #: The client's (host, port): which process sent it (tests/test_asgi_server_services.py).
+    client: tuple[str, int] | None = None
 
     @property
     def json(self) -> Any:
@@ -818,7 +820,15 @@ class _Handler(BaseHTTPRequestHandler):
         vendor, model, streaming = self._route(split.path)
         headers = {k.lower(): v for k, v in self.headers.items()}
         fake._record(
-            RecordedRequest(vendor or "unknown", "POST", split.path, split.query, headers, body)
+            RecordedRequest(
+                vendor or "unknown",
+                "POST",
+                split.path,
+                split.query,
+                headers,
+                body,
+                client=(str(self.client_address[0]), int(self.client_address[1])),
+            )
         )
         if vendor is None:
             self._send(404, {"error": {"message": f"No route for {split.path}"}})
