@@ -417,13 +417,6 @@ def test_client_disconnect_mid_stream_closes_the_upstream_request(
 # --- content negotiation of the OpenAI face -----------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="product bug, reported to the lead: ChatCompletionsView (api/openai_compat.py) "
-    "lacks AuditView's perform_content_negotiation (api/views.py), so a stream asked "
-    "for with Accept: text/event-stream is refused with 406 on both faces",
-)
 def test_chat_stream_accepts_an_sse_accept_header(
     token: str, fake_upstream: FakeUpstream, upstream_chain: Callable[..., list[Any]]
 ) -> None:

@@ -524,3 +524,33 @@ def test_demo_settings_pick_the_cache_from_cache_url_or_redis_url(
     assert cache["LOCATION"] == location
     if backend.startswith("redis"):
         assert cache["OPTIONS"] == {"socket_connect_timeout": 1.0, "socket_timeout": 1.0}
+
+
+def _ops_of(store: CircuitStore, ops: Generator[tuple[Any, ...], Any, Any]) -> list[str]:
+    """Run a decision generator of ``store``; the cache methods it called, in order."""
+    called: list[str] = []
+    value: Any = None
+    while True:
+        try:
+            method, *args = ops.send(value)
+        except StopIteration:
+            return called
+        called.append(method)
+        value = store._cache_call(method, *args)
+
+
+def test_a_success_on_a_healthy_circuit_costs_one_cache_read(clock: FakeClock) -> None:
+    """The hot path (docs/circuit-breakers.md): allow() reads the circuit once, and the
+    success that follows on a clean, recently written circuit reuses that read and
+    writes nothing. The remembered read serves that one call only."""
+    store = breaker.store
+    assert breaker.allow(CONFIG)
+    breaker.observe(CONFIG, result(True))  # a recent success on record
+    clock.advance(0.1)
+    assert _ops_of(store, store._allow(CONFIG)) == ["get"]
+    assert _ops_of(store, store._observe(CONFIG, result(True), probe=False)) == []
+    # Spent: another success without an allow() of its own reads the circuit again.
+    assert _ops_of(store, store._observe(CONFIG, result(True), probe=False)) == ["get"]
+    # A failure never takes the shortcut: it reads, counts and writes.
+    assert _ops_of(store, store._allow(CONFIG)) == ["get"]
+    assert _ops_of(store, store._observe(CONFIG, result(False), probe=False)) == ["get", "set"]

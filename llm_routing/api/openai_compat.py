@@ -60,7 +60,7 @@ from .chat_serializers import (
 from .reuse import reused
 from .schema_docs import CHAT_COMPLETIONS, MODELS
 from .serializers import ToolCallSerializer, output_tokens_within_limit
-from .sse import aclose_events, closing_events, sse, sse_response
+from .sse import SSENegotiationMixin, aclose_events, closing_events, sse, sse_response
 
 __all__ = [
     "ChatCompletionRequestSerializer",
@@ -466,7 +466,7 @@ def _with_shapes(entry: dict[str, Any]) -> dict[str, Any]:
 _CHAT_DOCS = _with_shapes(CHAT_COMPLETIONS)
 
 
-class ChatCompletionsView(OpenAIErrorsMixin, RoutingAPIView):
+class ChatCompletionsView(SSENegotiationMixin, OpenAIErrorsMixin, RoutingAPIView):
     async_method = "post"
     admits_inline = True
 

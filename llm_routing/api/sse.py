@@ -9,9 +9,27 @@ from typing import Any
 
 from django.http import StreamingHttpResponse
 
-__all__ = ["SSE_HEADERS", "aclose_events", "closing_events", "sse", "sse_response"]
+__all__ = [
+    "SSE_HEADERS",
+    "SSENegotiationMixin",
+    "aclose_events",
+    "closing_events",
+    "sse",
+    "sse_response",
+]
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+
+class SSENegotiationMixin:
+    """For a view that streams: SSE clients send ``Accept: text/event-stream``, and a
+    streamed answer is served in that type; anything else it answers (a 400, a 202, a
+    JSON answer) falls back to JSON instead of DRF's 406."""
+
+    def perform_content_negotiation(self, request: Any, force: bool = False) -> Any:
+        if "text/event-stream" in request.META.get("HTTP_ACCEPT", ""):
+            force = True
+        return super().perform_content_negotiation(request, force=force)  # type: ignore[misc]
 
 
 def sse(data: Any, *, event: str | None = None) -> bytes:

@@ -24,21 +24,14 @@ from .job_views import submit_job
 from .reuse import reused
 from .schema_docs import AUDIT, HEALTH, documented
 from .serializers import AuditRequestSerializer, AuditResponseSerializer
-from .sse import closing_events, sse, sse_response
+from .sse import SSENegotiationMixin, closing_events, sse, sse_response
 
 __all__ = ["AuditView", "HealthView"]
 
 
-class AuditView(RoutingAPIView):
+class AuditView(SSENegotiationMixin, RoutingAPIView):
     async_method = "post"
     admits_inline = True  # an async job is submitted by the answer, in a worker thread
-
-    def perform_content_negotiation(self, request: Request, force: bool = False) -> Any:
-        # SSE clients send ``Accept: text/event-stream``: a streamed answer is served in
-        # that type, and anything else (a 400, a 202) falls back to JSON instead of a 406.
-        if "text/event-stream" in request.META.get("HTTP_ACCEPT", ""):
-            force = True
-        return super().perform_content_negotiation(request, force=force)
 
     @extend_schema(request=AuditRequestSerializer, **documented(AUDIT, ok=AuditResponseSerializer))
     def post(self, request: Request) -> HttpResponseBase:
