@@ -46,9 +46,13 @@ threads = int(os.environ.get("GUNICORN_THREADS", "8"))  # gthread only
 timeout = int(os.environ.get("GUNICORN_TIMEOUT", "90"))
 graceful_timeout = int(os.environ.get("GUNICORN_GRACEFUL_TIMEOUT", "30"))
 keepalive = int(os.environ.get("GUNICORN_KEEPALIVE", "5"))
-# Recycle workers now and then so a slow leak can never grow without bound.
-max_requests = int(os.environ.get("GUNICORN_MAX_REQUESTS", "2000"))
-max_requests_jitter = int(os.environ.get("GUNICORN_MAX_REQUESTS_JITTER", "200"))
+# Recycle workers now and then so a slow leak can never grow without bound — rarely: a
+# recycled worker drops its clients' keep-alive connections and boots Django again, and
+# at 2,000 an async worker serving 250 req/s recycled every 8 s (wrk counted the
+# dropped connections as errors; docs/benchmarks.md). Memory per worker is flat under
+# load (docs/benchmarks.md, "Memory per worker").
+max_requests = int(os.environ.get("GUNICORN_MAX_REQUESTS", "50000"))
+max_requests_jitter = int(os.environ.get("GUNICORN_MAX_REQUESTS_JITTER", "5000"))
 # Only trust X-Forwarded-* from the reverse proxy in front of gunicorn.
 forwarded_allow_ips = os.environ.get("FORWARDED_ALLOW_IPS", "127.0.0.1")
 accesslog = os.environ.get("GUNICORN_ACCESSLOG", "-") or None  # empty: no access log
