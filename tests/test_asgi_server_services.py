@@ -25,7 +25,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 import httpx
 import pytest
@@ -39,19 +38,12 @@ from llm_routing.models import Chain, ChainEntry, Provider, RoutingDecision
 from .conftest import VENDOR_OF_KIND, upstream_fields
 from .fakes.upstream import FakeUpstream, Faults
 from .support import ROOT, clean_env
+from .support import database_url as _database_url
 
 pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True)]
 
 KEY = "sk-asgi-server-123456"
 CHAT = {"model": "default", "messages": [{"role": "user", "content": "Say hello."}]}
-
-
-def _database_url() -> str:
-    s = connection.settings_dict
-    auth = quote(s["USER"] or "postgres")
-    if s.get("PASSWORD"):
-        auth += ":" + quote(s["PASSWORD"])
-    return f"postgres://{auth}@{s['HOST'] or '127.0.0.1'}:{s['PORT'] or 5432}/{s['NAME']}"
 
 
 def _free_port() -> int:

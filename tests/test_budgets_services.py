@@ -12,7 +12,6 @@ import contextvars
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -23,7 +22,6 @@ from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 import httpx
 import pytest
@@ -37,6 +35,9 @@ from rest_framework.test import APIClient
 from llm_routing import budgets
 from llm_routing.models import Attempt, Budget, Chain, ChainEntry, Provider, RoutingDecision
 from tests.fakes.upstream import FakeUpstream, Faults
+
+from .support import database_url as _database_url
+from .support import free_port as _free_port
 
 pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True)]
 
@@ -113,20 +114,6 @@ def test_lua_check_and_settle_on_redis(prefix: str, token: str) -> None:
     assert all(token not in k for k in keys)
     ours = sorted(k.rsplit(":", 1)[1] for k in keys if ":llmr:budget:tok:day:" in k)
     assert ours == ["cost", "requests", "soft", "tokens"]  # soft: the threshold flag
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _database_url() -> str:
-    s = connection.settings_dict
-    auth = quote(s["USER"] or "postgres")
-    if s.get("PASSWORD"):
-        auth += ":" + quote(s["PASSWORD"])
-    return f"postgres://{auth}@{s['HOST'] or '127.0.0.1'}:{s['PORT'] or 5432}/{s['NAME']}"
 
 
 @pytest.fixture

@@ -8,7 +8,6 @@ import json
 import multiprocessing
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,6 +17,7 @@ import httpx
 import pytest
 
 from .support import ROOT, clean_env, manage, python
+from .support import free_port as _free_port
 
 PRODUCTION_ENV = {
     "DEBUG": "false",
@@ -139,12 +139,6 @@ def test_gunicorn_conf_serves_asgi_by_default_and_wsgi_on_request(
     # The timeouts stay above REQUEST_DEADLINE_S (60 s) whatever the worker.
     assert (shown["timeout"], shown["graceful_timeout"], shown["keepalive"]) == (90, 30, 5)
     assert shown["max_requests"] == 50000  # rarely: a recycle drops keep-alive clients
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.mark.parametrize(

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -23,7 +22,6 @@ from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 import httpx
 import pytest
@@ -36,6 +34,9 @@ from llm_routing import jobs
 from llm_routing.models import Attempt, AuditJob, Chain, ChainEntry, Provider, RoutingDecision
 from llm_routing.router import route
 from llm_routing.types import AuditRequest
+
+from .support import database_url as _database_url
+from .support import free_port as _free_port
 
 pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True)]
 
@@ -55,20 +56,6 @@ def _wait_for(what: str, check: Callable[[], Any], *, timeout: float = 60.0) -> 
             return value
         time.sleep(0.2)
     raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _database_url() -> str:
-    s = connection.settings_dict
-    auth = quote(s["USER"] or "postgres")
-    if s.get("PASSWORD"):
-        auth += ":" + quote(s["PASSWORD"])
-    return f"postgres://{auth}@{s['HOST'] or '127.0.0.1'}:{s['PORT'] or 5432}/{s['NAME']}"
 
 
 class Stack:

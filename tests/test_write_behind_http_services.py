@@ -16,23 +16,23 @@ import asyncio
 import os
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 import httpx
 import pytest
 from django.contrib.auth import get_user_model
-from django.db import connection
 from rest_framework.authtoken.models import Token
 
 from llm_routing.models import Attempt, Chain, ChainEntry, Provider, RoutingDecision
 from tests.conftest import upstream_fields
 from tests.fakes.upstream import FakeUpstream, Faults
+
+from .support import database_url as _database_url
+from .support import free_port as _free_port
 
 pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True)]
 
@@ -42,20 +42,6 @@ PLAIN = 180  # non-stream requests
 STREAMS = 60  # streamed requests
 DELAY_S = 0.3  # the upstream's delay: the requests are in flight together
 KEY = "sk-http-invariant-123456"
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _database_url() -> str:
-    s = connection.settings_dict
-    auth = quote(s["USER"] or "postgres")
-    if s.get("PASSWORD"):
-        auth += ":" + quote(s["PASSWORD"])
-    return f"postgres://{auth}@{s['HOST'] or '127.0.0.1'}:{s['PORT'] or 5432}/{s['NAME']}"
 
 
 def _start_gunicorn(port: int, spool: Path, log: Path) -> subprocess.Popen[bytes]:
