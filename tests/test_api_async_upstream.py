@@ -432,6 +432,11 @@ def test_chat_stream_accepts_an_sse_accept_header(
         content_type="application/json",
         HTTP_ACCEPT="text/event-stream",
     )
+    # Read and close it as a server would: a stream left to the garbage collector
+    # records its decision from whatever code the collector interrupts.
+    sync_body = b"".join(sync.streaming_content)
+    sync.close()
+    assert b'"content"' in sync_body and sync_body.rstrip().endswith(b"data: [DONE]")
     app = get_asgi_application()
 
     async def post() -> httpx.Response:
