@@ -51,7 +51,7 @@ from django.core.cache.backends.locmem import LocMemCache
 from django.db.models.signals import post_delete, post_save
 from django.dispatch import Signal
 
-from .cache import async_redis, routing_cache
+from .cache import async_redis, routing_cache, run_script
 from .conf import routing_settings
 from .models import Budget
 from .signals import send
@@ -428,18 +428,6 @@ def _redis(cache: BaseCache) -> Any | None:
     return None
 
 
-_scripts: dict[str, Any] = {}
-
-
-def _run(client: Any, source: str, keys: list[str], args: list[int | str]) -> Any:
-    """EVALSHA the script (loaded on first use, reloaded after a Redis restart). Django
-    hands out a new client per call: the Script object is kept, the client is passed."""
-    script = _scripts.get(source)
-    if script is None:
-        script = _scripts[source] = client.register_script(source)
-    return script(keys=keys, args=args, client=client)
-
-
 def _start(budget: Budget, now: float) -> int:
     return int(window_bounds(budget.window, now)[0].timestamp())
 
@@ -496,7 +484,7 @@ def _count(
     client = _redis(cache)
     if client is not None:
         keys, args = _check_call(cache, budgets, starts, now, member)
-        reply = [int(v) for v in _run(client, _CHECK_LUA, keys, args)]
+        reply = [int(v) for v in run_script(client, _CHECK_LUA, keys, args)]
         return reply[0], reply[1:]
     with _lock:  # LocMem & co: atomic within this process only
         keys = _keys(budgets, starts)
@@ -549,7 +537,7 @@ def _settle(cache: BaseCache, grant: Grant, tokens: int, nano: int, now: float) 
     client = _redis(cache)
     if client is not None:
         keys, args = _settle_call(cache, grant, tokens, nano, now)
-        return [int(v) for v in _run(client, _SETTLE_LUA, keys, args)]
+        return [int(v) for v in run_script(client, _SETTLE_LUA, keys, args)]
     out: list[int] = []
     with _lock:
         for b, start in zip(grant.budgets, grant.starts, strict=True):
@@ -689,11 +677,7 @@ async def acheck(principal: Principal | None, token_key: str | None = None) -> R
         return step
     keys, args = _check_call(cache, step.budgets, step.starts, step.now, step.member)
     try:
-        client = aredis.client()
-        script = _scripts.get("async")
-        if script is None:  # called with each loop's own client below
-            script = _scripts["async"] = client.register_script(_CHECK_LUA)
-        reply = [int(v) for v in await script(keys=keys, args=args, client=client)]
+        reply = [int(v) for v in await aredis.run_script(_CHECK_LUA, keys, args)]
     except Exception as exc:  # the cache, whatever its backend raises
         _cache_failed(exc)
         return _cache_down_refusal(step.budgets)
@@ -822,11 +806,7 @@ async def _asettle(grant: Grant, tokens: int, nano: int) -> None:
         return
     keys, args = _settle_call(cache, grant, tokens, nano, clock())
     try:
-        client = aredis.client()
-        script = _scripts.get("async-settle")
-        if script is None:  # called with each loop's own client below
-            script = _scripts["async-settle"] = client.register_script(_SETTLE_LUA)
-        values = [int(v) for v in await script(keys=keys, args=args, client=client)]
+        values = [int(v) for v in await aredis.run_script(_SETTLE_LUA, keys, args)]
     except Exception as exc:  # the cache, whatever its backend raises
         _cache_failed(exc)
         return

@@ -35,7 +35,15 @@ from django.dispatch import receiver
 
 from .conf import routing_settings
 
-__all__ = ["AsyncRedis", "RedisCache", "async_redis", "raw_redis", "routing_cache"]
+__all__ = [
+    "AsyncRedis",
+    "RedisCache",
+    "async_redis",
+    "raw_redis",
+    "routing_cache",
+    "run_script",
+    "scripts_loaded",
+]
 
 _DJANGO_REDIS = "django.core.cache.backends.redis.RedisCache"
 
@@ -112,6 +120,30 @@ def raw_redis(cache: BaseCache) -> Any | None:
     return cache._cache.get_client(None, write=True)
 
 
+#: Registered Lua scripts by (``"sync"`` | ``"async"``, source). A Script object holds
+#: only its source and SHA: each call passes its own client (Django's per-call client,
+#: the event loop's ``redis.asyncio`` client).
+_scripts: dict[tuple[str, str], Any] = {}
+
+
+def _script(kind: str, client: Any, source: str) -> Any:
+    script = _scripts.get((kind, source))
+    if script is None:
+        script = _scripts.setdefault((kind, source), client.register_script(source))
+    return script
+
+
+def run_script(client: Any, source: str, keys: list[str], args: list[Any]) -> Any:
+    """EVALSHA ``source`` on a redis-py client (loaded on first use, and again after a
+    Redis restart: redis-py's Script handles NOSCRIPT)."""
+    return _script("sync", client, source)(keys=keys, args=args, client=client)
+
+
+def scripts_loaded(kind: str) -> set[str]:
+    """The sources registered so far for ``"sync"`` or ``"async"`` calls (for tests)."""
+    return {source for k, source in _scripts if k == kind}
+
+
 @receiver(setting_changed)
 def _reset(*, setting: str, **kwargs: Any) -> None:
     if setting in {"CACHES", "LLM_ROUTING"}:
@@ -181,6 +213,11 @@ class AsyncRedis:
     def client(self) -> Any:
         """This event loop's ``redis.asyncio.Redis`` (for a pipeline or a script)."""
         return self._client()
+
+    async def run_script(self, source: str, keys: list[str], args: list[Any]) -> Any:
+        """:func:`run_script` through this event loop's client."""
+        client = self._client()
+        return await _script("async", client, source)(keys=keys, args=args, client=client)
 
     def _key(self, key: str) -> str:
         return self._cache.make_key(key)  # our own keys: no per-character validation

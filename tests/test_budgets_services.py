@@ -33,6 +33,7 @@ from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from llm_routing import budgets
+from llm_routing.cache import scripts_loaded
 from llm_routing.models import Attempt, Budget, Chain, ChainEntry, Provider, RoutingDecision
 from tests.fakes.upstream import FakeUpstream, Faults
 
@@ -194,7 +195,8 @@ def test_the_async_check_counts_in_the_same_counters_on_redis(prefix: str, token
     budget = Budget.objects.create(name="mixed", scope="token", subject=token, max_requests=4)
     budgets.check(None, token)  # also reads the budget rows (fresh for the next second)
     results = [asyncio.run(budgets.acheck(None, token))]
-    assert "async" in budgets._scripts  # the async Lua path ran, not the thread fallback
+    # The async Lua path ran, not the thread fallback.
+    assert budgets._CHECK_LUA in scripts_loaded("async")
     results += [budgets.check(None, token), asyncio.run(budgets.acheck(None, token))]
     refused = asyncio.run(budgets.acheck(None, token))
     assert results == [None, None, None]
@@ -367,7 +369,7 @@ def test_the_async_settlement_releases_and_counts_on_redis(prefix: str, token: s
         await asyncio.gather(*budgets._settling)
 
     asyncio.run(finish())
-    assert "async-settle" in budgets._scripts  # the redis.asyncio path ran
+    assert budgets._SETTLE_LUA in scripts_loaded("async")  # the redis.asyncio path ran
     assert budgets.usage([budget])["aset"].tokens == tokens
     import redis
 

@@ -35,7 +35,7 @@ from asgiref.sync import sync_to_async
 from django.core.cache.backends.locmem import LocMemCache
 from rest_framework.throttling import BaseThrottle
 
-from ..cache import async_redis, raw_redis, routing_cache
+from ..cache import async_redis, raw_redis, routing_cache, run_script
 from ..conf import routing_settings
 
 __all__ = [
@@ -83,10 +83,6 @@ redis.call('SET', KEYS[1], 0, 'EX', tonumber(ARGV[1]), 'NX')
 local count = redis.call('INCR', KEYS[1])
 return {count, redis.call('PTTL', KEYS[1])}
 """
-
-#: The registered script, for redis-py ("sync") and redis.asyncio ("async"); each call
-#: passes its own client (EVALSHA, loaded again after a Redis restart).
-_scripts: dict[str, Any] = {}
 
 #: Seconds of each period letter DRF's rate strings accept (``s``, ``min``, ``hour``, ``day``).
 _PERIODS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -146,12 +142,8 @@ class WindowRateThrottle(BaseThrottle):
         cache = routing_cache()
         aredis = async_redis(cache)
         if aredis is not None:
-            client = aredis.client()
-            script = _scripts.get("async") or _scripts.setdefault(
-                "async", client.register_script(_WINDOW_LUA)
-            )
-            count, pttl = await script(
-                keys=[cache.make_key(key)], args=[self.duration], client=client
+            count, pttl = await aredis.run_script(
+                _WINDOW_LUA, [cache.make_key(key)], [self.duration]
             )
             return self._counted(count, pttl)
         if isinstance(cache, LocMemCache):  # in process memory: nothing to wait on
@@ -163,10 +155,7 @@ class WindowRateThrottle(BaseThrottle):
         cache = routing_cache()
         client = raw_redis(cache)
         if client is not None:
-            script = _scripts.get("sync") or _scripts.setdefault(
-                "sync", client.register_script(_WINDOW_LUA)
-            )
-            count, pttl = script(keys=[cache.make_key(key)], args=[self.duration], client=client)
+            count, pttl = run_script(client, _WINDOW_LUA, [cache.make_key(key)], [self.duration])
             return self._counted(count, pttl)
         now = self.timer()
         start_key = f"{key}:start"
