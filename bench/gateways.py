@@ -322,9 +322,6 @@ def app_env(args: argparse.Namespace, port: int) -> dict[str, str]:
 
 def prepare_app(args: argparse.Namespace, fast_port: int, slow_port: int) -> str:
     """Migrate, load the providers/chains as config-as-code, make a token; the token."""
-    env = app_env(args, 0)
-    py = sys.executable
-    subprocess.run([py, "manage.py", "migrate", "--noinput", "-v0"], cwd=ROOT, env=env, check=True)
     toml = f"""
 [providers.fast]
 kind = "openai_compatible"
@@ -346,6 +343,15 @@ entries = ["fast"]
 [chains.slow]
 entries = ["slow"]
 """
+    return prepare_app_with(args, toml)
+
+
+def prepare_app_with(args: argparse.Namespace, toml: str) -> str:
+    """Migrate, apply ``toml`` as config-as-code (``--prune``), clear the decisions,
+    make the bench user's token; the token."""
+    env = app_env(args, 0)
+    py = sys.executable
+    subprocess.run([py, "manage.py", "migrate", "--noinput", "-v0"], cwd=ROOT, env=env, check=True)
     with tempfile.NamedTemporaryFile("w", suffix=".toml", delete=False) as f:
         f.write(toml)
     subprocess.run(

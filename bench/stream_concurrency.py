@@ -529,11 +529,8 @@ def prepare_asgi_app(args: argparse.Namespace, upstream_port: int) -> str:
     """Migrate, load the provider/chain as config-as-code, clear the decisions, make a
     token (the bench/gateways.py set-up, with a provider timeout above the stream's
     length); the token."""
-    from bench.gateways import app_env
+    from bench.gateways import prepare_app_with
 
-    env = app_env(args, 0)
-    py = sys.executable
-    subprocess.run([py, "manage.py", "migrate", "--noinput", "-v0"], cwd=ROOT, env=env, check=True)
     toml = f"""
 [providers.streamer]
 kind = "openai_compatible"
@@ -546,33 +543,7 @@ timeout_s = {args.stream_seconds + 20:.0f}
 [chains.streams]
 entries = ["streamer"]
 """
-    with tempfile.NamedTemporaryFile("w", suffix=".toml", delete=False) as f:
-        f.write(toml)
-    subprocess.run(
-        [py, "manage.py", "llm_routing_apply", f.name, "--prune"],
-        cwd=ROOT,
-        env=env,
-        check=True,
-        stdout=subprocess.DEVNULL,
-    )
-    os.unlink(f.name)
-    code = (
-        "from django.contrib.auth import get_user_model;"
-        "from rest_framework.authtoken.models import Token;"
-        "from llm_routing.models import RoutingDecision;"
-        "RoutingDecision.objects.all().delete();"
-        "u,_=get_user_model().objects.get_or_create(username='bench');"
-        "print(Token.objects.get_or_create(user=u)[0].key)"
-    )
-    out = subprocess.run(
-        [py, "manage.py", "shell", "-c", code],
-        cwd=ROOT,
-        env=env,
-        check=True,
-        capture_output=True,
-        text=True,
-    )
-    return out.stdout.strip().splitlines()[-1]
+    return prepare_app_with(args, toml)
 
 
 def decision_rows_for(args: argparse.Namespace, request_ids: list[str]) -> tuple[int, int]:
