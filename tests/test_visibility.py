@@ -187,3 +187,22 @@ def test_a_503_names_no_provider_i_may_not_use(
     seen = staff.post("/v1/chat/completions", body, "json")  # staff may use both
     assert seen.status_code == 503
     assert [c["provider"] for c in seen.json()["error"]["candidates"]] == ["pub", "vip"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_both_faces_answer_absent_and_not_yours_alike(
+    user: Any, rows: dict[str, Provider], fake_upstream: FakeUpstream
+) -> None:
+    """The ASGI face admits on the event loop; it hides the same names with the same 404."""
+    from tests.test_api_async import assert_same, both_faces
+
+    token = f"Token {Token.objects.create(user=user).key}"
+    for model in ("premium", "gold", "vip", "nowhere"):
+        body = {"model": model, "messages": MESSAGES}
+        sync, asynch = both_faces("post", "/v1/chat/completions", body, token=token)
+        assert_same(sync, asynch, status=404)
+        assert asynch.json()["error"]["code"] == "model_not_found"
+    sync, asynch = both_faces("get", "/health/", token=token)
+    assert_same(sync, asynch, status=200)
+    assert asynch.json() == {"status": "ok", "cache": "ok"}
+    assert fake_upstream.requests == []
