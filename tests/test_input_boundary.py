@@ -341,3 +341,71 @@ def test_python_api_refuses_nan(upstream):
         chat(conversation(), temperature=float("nan"))
     assert "temperature" in caught.value.message_dict
     assert upstream.requests == []
+
+
+# --- the configuration file: llm_routing_apply -------------------------------------------
+
+PROVIDER_TOML = """
+[providers.p]
+kind = "mock"
+model = "m"
+timeout_s = {timeout}
+"""
+
+
+def _apply(tmp_path: Any, text: str, *flags: str) -> str:
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    path = tmp_path / "routing.toml"
+    path.write_text(text, encoding="utf-8")
+    out = StringIO()
+    call_command("llm_routing_apply", str(path), *flags, stdout=out, no_color=True)
+    return out.getvalue()
+
+
+@pytest.mark.parametrize("flags", [(), ("--dry-run",)], ids=["apply", "dry-run"])
+def test_apply_of_a_5000_deep_toml_is_a_command_error_not_a_traceback(tmp_path, flags):
+    from django.core.management import CommandError
+
+    from llm_routing.models import Provider
+
+    deep = '[providers.p]\nkind = "mock"\nparams = { a = ' + "[" * 5_000 + "]" * 5_000 + " }\n"
+    with pytest.raises(CommandError, match="nested deeper than"):
+        _apply(tmp_path, deep, *flags)
+    deep_tables = "[providers.p.params." + ".".join(["a"] * 5_000) + "]\n"
+    with pytest.raises(CommandError, match="nested deeper than"):
+        _apply(tmp_path, deep_tables, *flags)
+    assert not Provider.objects.exists()
+
+
+@pytest.mark.parametrize("flags", [(), ("--dry-run",)], ids=["apply", "dry-run"])
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf"])
+def test_apply_and_dry_run_refuse_non_finite_numbers_naming_the_field(tmp_path, flags, value):
+    # Today: --dry-run accepts timeout_s = nan; the real apply then fails on NOT NULL.
+    from django.core.management import CommandError
+
+    from llm_routing.models import Provider
+
+    with pytest.raises(CommandError, match=r"providers\.p\.timeout_s: NaN and Infinity"):
+        _apply(tmp_path, PROVIDER_TOML.format(timeout=value), *flags)
+    assert not Provider.objects.exists()  # nothing half-written
+
+
+def test_apply_refuses_nul_in_a_string_naming_the_field(tmp_path):
+    from django.core.management import CommandError
+
+    from llm_routing.models import Provider
+
+    text = '[providers.p]\nkind = "mock"\nmodel = "m\\u0000"\n'
+    with pytest.raises(CommandError, match=r"providers\.p\.model: Null characters"):
+        _apply(tmp_path, text)
+    assert not Provider.objects.exists()
+
+
+def test_apply_still_takes_a_finite_timeout(tmp_path):
+    from llm_routing.models import Provider
+
+    _apply(tmp_path, PROVIDER_TOML.format(timeout="12.5"))
+    assert Provider.objects.get(name="p").timeout_s == 12.5
