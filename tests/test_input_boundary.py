@@ -409,3 +409,61 @@ def test_apply_still_takes_a_finite_timeout(tmp_path):
 
     _apply(tmp_path, PROVIDER_TOML.format(timeout="12.5"))
     assert Provider.objects.get(name="p").timeout_s == 12.5
+
+
+# --- the mock honours the schema, or fails honestly --------------------------------------
+
+MOCK_SCHEMAS = {
+    "minItems": {"type": "array", "items": {"type": "string"}, "minItems": 12},
+    "minProperties": {
+        "type": "object",
+        "properties": {"a": {"type": "string"}, "b": {"type": "integer"}},
+        "required": ["a"],
+        "minProperties": 2,
+    },
+    "minProperties-extra": {"type": "object", "minProperties": 3},
+    "uniqueItems": {
+        "type": "array",
+        "items": {"type": "object", "properties": {"n": {"type": "integer"}}},
+        "minItems": 3,
+        "uniqueItems": True,
+    },
+    "uniqueItems-strings": {
+        "type": "array",
+        "items": {"type": "string"},
+        "minItems": 3,
+        "uniqueItems": True,
+    },
+    "minContains": {
+        "type": "array",
+        "items": {"type": "integer"},
+        "contains": {"const": 7},
+        "minContains": 2,
+    },
+    "contains": {"type": "array", "contains": {"type": "string", "enum": ["x"]}},
+}
+
+
+@pytest.mark.parametrize("name", list(MOCK_SCHEMAS))
+def test_the_mock_answer_satisfies_min_items_properties_unique_and_contains(client, name):
+    # Today: minItems capped at 8, minProperties / uniqueItems / minContains ignored, and the
+    # mock still says "ok".
+    import jsonschema
+
+    schema = MOCK_SCHEMAS[name]
+    body = {"task": "t", "input_text": "hi", "provider": "mock", "response_schema": schema}
+    response = client.post("/audit/", body, format="json")
+    assert response.status_code == 200, response.content
+    result = response.json()["result"]
+    assert result["status"] == "ok"
+    jsonschema.validate(result["data"], schema)
+
+
+def test_a_schema_the_mock_cannot_satisfy_is_an_honest_error(client):
+    # Three distinct booleans cannot exist: no "ok" answer breaking the schema.
+    schema = {"type": "array", "items": {"type": "boolean"}, "minItems": 3, "uniqueItems": True}
+    body = {"task": "t", "input_text": "hi", "provider": "mock", "response_schema": schema}
+    response = client.post("/audit/", body, format="json")
+    result = response.json()["result"]
+    assert result["status"] == "error", result
+    assert "mock cannot produce an answer" in result["error"]["message"]
