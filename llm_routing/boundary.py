@@ -27,7 +27,6 @@ The walk keeps its own stack (no recursion: a 50,000-deep value is refused, neve
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -112,38 +111,57 @@ def problems(
     recursion; a container past ``max_depth`` (``MAX_JSON_DEPTH``) is one problem and is
     not entered. ``path`` prefixes the paths (the value's place in a larger one)."""
     limit = int(routing_settings.MAX_JSON_DEPTH if max_depth is None else max_depth)
-    stack: list[tuple[Any, Path, int]] = [(value, path, 0)]
+    # Paths are built only for a problem: each entered value remembers its parent's
+    # entry in ``trail`` and its key; the stack holds (value, trail index, depth).
+    trail: list[tuple[int, str | int]] = []
+    stack: list[tuple[Any, int, int]] = [(value, -1, 0)]
+
+    def where(index: int) -> Path:
+        parts: list[str | int] = []
+        while index >= 0:
+            index, key = trail[index]
+            parts.append(key)
+        return (*path, *reversed(parts))
+
     while stack:
         item, at, depth = stack.pop()
-        if isinstance(item, str):
-            reason = text_problem(item)
-            if reason:
-                yield InputRefused(at, reason)
-        elif isinstance(item, bool) or item is None:
+        kind = type(item)
+        if kind is str or isinstance(item, str):
+            if "\x00" in item or not item.isascii():
+                reason = text_problem(item)
+                if reason:
+                    yield InputRefused(where(at), reason)
+        elif kind is bool or item is None:
             continue
-        elif isinstance(item, int):
+        elif kind is int or isinstance(item, int):
             if not INT64_MIN <= item <= INT64_MAX:
-                yield InputRefused(at, "Integers must fit in 64 bits (signed).")
-        elif isinstance(item, float):
-            if not math.isfinite(item):
-                yield InputRefused(at, "NaN and Infinity are not allowed (numbers are finite).")
-        elif isinstance(item, Mapping | list | tuple):
-            if depth + 1 > limit:
-                yield InputRefused(at, f"JSON nested deeper than {limit} levels.")
+                yield InputRefused(where(at), "Integers must fit in 64 bits (signed).")
+        elif kind is float or isinstance(item, float):
+            if item - item != 0:  # NaN and ±Infinity (inf - inf is NaN)
+                yield InputRefused(
+                    where(at), "NaN and Infinity are not allowed (numbers are finite)."
+                )
+        elif kind is dict or kind is list or isinstance(item, Mapping | list | tuple):
+            if depth >= limit:
+                yield InputRefused(where(at), f"JSON nested deeper than {limit} levels.")
                 continue
-            children: list[tuple[Any, Path, int]] = []
-            if isinstance(item, Mapping):
+            children: list[tuple[Any, int, int]] = []
+            if kind is dict or (kind is not list and isinstance(item, Mapping)):
                 for key, child in item.items():
-                    if not isinstance(key, str):
-                        yield InputRefused(at, "Object keys must be strings.")
+                    if type(key) is not str and not isinstance(key, str):
+                        yield InputRefused(where(at), "Object keys must be strings.")
                         continue
-                    reason = text_problem(key)
-                    if reason:
-                        yield InputRefused(at, f"In a key: {reason}")
-                        continue
-                    children.append((child, (*at, _shown(key)), depth + 1))
+                    if "\x00" in key or not key.isascii():
+                        reason = text_problem(key)
+                        if reason:
+                            yield InputRefused(where(at), f"In a key: {reason}")
+                            continue
+                    trail.append((at, _shown(key)))
+                    children.append((child, len(trail) - 1, depth + 1))
             else:
-                children = [(child, (*at, i), depth + 1) for i, child in enumerate(item)]
+                for i, child in enumerate(item):
+                    trail.append((at, i))
+                    children.append((child, len(trail) - 1, depth + 1))
             stack.extend(reversed(children))  # document order
 
 

@@ -467,3 +467,31 @@ def test_a_schema_the_mock_cannot_satisfy_is_an_honest_error(client):
     result = response.json()["result"]
     assert result["status"] == "error", result
     assert "mock cannot produce an answer" in result["error"]["message"]
+
+
+# --- the walk itself ---------------------------------------------------------------------
+
+
+def test_the_walk_names_the_first_problem_in_document_order_without_recursion():
+    from llm_routing.boundary import InputRefused, check, problems
+
+    deep: Any = "leaf"
+    for _ in range(100_000):  # built without recursion, walked without recursion
+        deep = [deep]
+    with pytest.raises(InputRefused) as caught:
+        check({"a": "ok", "b": [1, deep], "c": "\x00"})
+    # The first container past the limit (level 33), not the NUL in "c" after it.
+    assert caught.value.place.startswith("b.1.0.") and len(caught.value.path) == 32
+    assert "nested deeper than 32" in caught.value.reason
+    found = list(problems({"x": [0.5, float("nan")], "y": {"k\ud800": 1}, 3: 2**63}))
+    # A key's problem is found when its object is entered, before the values inside.
+    assert [(p.place, p.reason.split(" ")[0]) for p in found] == [
+        ("", "Object"),
+        ("x.1", "NaN"),
+        ("y", "In"),
+    ]
+    assert list(problems((1, -(2**63), 2**63 - 1, "é\U0001f600"))) == []
+    assert [p.place for p in problems({"t": ("ok", 2**64)}, path=("body",))] == ["body.t.1"]
+    assert InputRefused(("messages", 0, "content", 1, "text"), "r").as_detail() == {
+        "messages": {"0": {"content.1.text": ["r"]}}
+    }
