@@ -11,8 +11,9 @@ pair) that must be accepted.
 
 Every answer must be below 500 and must not carry the provider's key; every 2xx answer
 of a routing operation (``/audit/``, ``/v1/chat/completions``, streamed or not) must have
-its decision row, found by its request id. Requests go in-process through Django's WSGI
-handler (Django's test client) as a token user, to the mock provider and to an
+its decision row, found by its request id. Requests go in-process as a token user
+through Django's WSGI handler (Django's test client) — a quarter of the body cases
+through its ASGI handler (``AsyncClient``) — to the mock provider and to an
 OpenAI-compatible provider row pointed at the fake upstream over real HTTP.
 
 Bounded and reproducible: ``LLMR_FUZZ_CASES`` cases in all (10,000 unless set), split
@@ -31,8 +32,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from asgiref.sync import async_to_sync
 from django.contrib.auth import get_user_model
-from django.test import Client
+from django.test import AsyncClient, Client
 from rest_framework.authtoken.models import Token
 
 from llm_routing.models import Chain, ChainEntry, Provider, RoutingDecision
@@ -296,33 +298,57 @@ class Outcome:
 
 class Fuzzer:
     def __init__(self, token: str) -> None:
-        self.client = Client(
-            headers={"Authorization": f"Token {token}"}, raise_request_exception=False
-        )
+        headers = {"Authorization": f"Token {token}"}
+        self.client = Client(headers=headers, raise_request_exception=False)
+        self.aclient = AsyncClient(raise_request_exception=False)
+        self.aheaders = {"authorization": headers["Authorization"]}  # ASGI: lower-case
         self.failures: list[str] = []
         self.statuses: dict[int, int] = {}
         self.recorded = 0
 
-    def send(self, method: str, path: str, body: bytes | None = None) -> Outcome:
+    def send(
+        self, method: str, path: str, body: bytes | None = None, asgi: bool = False
+    ) -> Outcome:
+        """One request through Django's WSGI handler, or (``asgi``) its ASGI handler on a
+        fresh event loop, the answer read to its end."""
+        if asgi:
+            return async_to_sync(self._asend)(method, path, body)
         if method == "GET":
             response = self.client.get(path)  # the query is in the path, percent-encoded
         else:
             response = self.client.generic(method, path, body or b"", "application/json")
-        request_id = response.headers.get("X-Request-ID")
         if getattr(response, "streaming", False):
             try:
-                chunks = b"".join(response.streaming_content)
+                content = b"".join(response.streaming_content)
             except Exception as exc:  # the stream broke off: a server error mid-answer
-                return Outcome(599, request_id, f"stream raised {exc!r}")
+                return Outcome(599, response.headers.get("X-Request-ID"), f"stream: {exc!r}")
             finally:
                 response.close()
-            text = chunks.decode("utf-8", "replace")
-            found = re.search(r'"request_id":\s*"([0-9a-f-]{36})"', text)
-            request_id = request_id or (found.group(1) if found else None)
+            return self._outcome(response, content)
+        return self._outcome(response, response.content)
+
+    async def _asend(self, method: str, path: str, body: bytes | None) -> Outcome:
+        if method == "GET":
+            response = await self.aclient.get(path, headers=self.aheaders)
         else:
-            text = response.content.decode("utf-8", "replace")
-            if response.status_code < 300 and text.startswith("{"):
-                request_id = json.loads(text).get("request_id") or request_id
+            response = await self.aclient.generic(
+                method, path, body or b"", "application/json", headers=self.aheaders
+            )
+        if getattr(response, "streaming", False):
+            try:
+                content = b"".join([bytes(part) async for part in response.streaming_content])
+            except Exception as exc:
+                return Outcome(599, response.headers.get("X-Request-ID"), f"stream: {exc!r}")
+            return self._outcome(response, content)
+        return self._outcome(response, response.content)
+
+    @staticmethod
+    def _outcome(response: Any, content: bytes) -> Outcome:
+        request_id = response.headers.get("X-Request-ID")
+        text = content.decode("utf-8", "replace")
+        found = re.search(r'"request_id":\s*"([0-9a-f-]{36})"', text)
+        if response.status_code < 300 and found:
+            request_id = request_id or found.group(1)
         return Outcome(response.status_code, request_id, text)
 
     def summary(self, what: str) -> str:
@@ -394,8 +420,10 @@ def _body_cases(
         else:
             body, planted = plant(base, rng)
             raw = encode(body, planted)
-        outcome = fuzzer.send("POST", path, raw)
-        fuzzer.judge(case, f"{operation} {planted.place} [{planted.kind}]", outcome, routes=True)
+        asgi = case % 4 == 3  # a quarter of the cases through the ASGI handler
+        outcome = fuzzer.send("POST", path, raw, asgi=asgi)
+        label = f"{operation} {'ASGI' if asgi else 'WSGI'} {planted.place} [{planted.kind}]"
+        fuzzer.judge(case, label, outcome, routes=True)
 
 
 @pytest.mark.django_db(transaction=True)
