@@ -3,7 +3,6 @@ calling any provider, recording anything or touching circuit state."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 from typing import Any
 
@@ -20,6 +19,7 @@ from ..router import explain
 from ..snapshot import ConfigSnapshot, current
 from ..types import AuditRequest
 from .base import RoutingAPIView
+from .chat_serializers import check_input, json_text
 from .schema_docs import EXPLAIN, documented
 from .serializers import (
     SLUG_RE,
@@ -47,14 +47,14 @@ class ExplainQuerySerializer(serializers.Serializer):
         help_text="A JSON Schema object (as JSON text): the request needs structured output.",
     )
 
+    def to_internal_value(self, data: Any) -> Any:
+        check_input(data)  # the input boundary (llm_routing.boundary), as for /audit/
+        return super().to_internal_value(data)
+
     def validate_schema(self, value: str) -> dict[str, Any] | None:
         if not value.strip():
             return None
-        try:
-            parsed = json.loads(value)
-        except ValueError:
-            message = "Expected JSON text of a JSON Schema object."
-            raise serializers.ValidationError(message) from None
+        parsed = json_text(value)  # the same depth limit, no NaN, no lone surrogate
         checked: dict[str, Any] | None = AuditRequestSerializer().validate_response_schema(parsed)
         return checked
 

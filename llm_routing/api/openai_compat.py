@@ -47,6 +47,7 @@ from ..types import (
 from .base import RoutingAPIView
 from .budget_guard import BudgetRefused
 from .chat_serializers import (
+    ClosedSerializer,
     MessagesField,
     SamplingSerializer,
     StrictBooleanField,
@@ -55,11 +56,12 @@ from .chat_serializers import (
     ToolChoiceField,
     ToolsField,
     check_conversation,
+    check_input,
     check_json_schema,
 )
 from .reuse import reused
 from .schema_docs import CHAT_COMPLETIONS, MODELS
-from .serializers import ToolCallSerializer, output_tokens_within_limit
+from .serializers import StrictRegexField, ToolCallSerializer, output_tokens_within_limit
 from .sse import SSENegotiationMixin, aclose_events, closing_events, sse, sse_response
 
 __all__ = [
@@ -115,7 +117,7 @@ def check_response_schema(schema: Any) -> str | None:
     return check_json_schema(schema)
 
 
-class JsonSchemaFormatSerializer(serializers.Serializer):
+class JsonSchemaFormatSerializer(ClosedSerializer):
     name = StrictCharField(required=False, max_length=64)
     description = StrictCharField(required=False, allow_blank=True)
     schema = serializers.JSONField()
@@ -132,7 +134,7 @@ class JsonSchemaFormatSerializer(serializers.Serializer):
         return value
 
 
-class ResponseFormatSerializer(serializers.Serializer):
+class ResponseFormatSerializer(ClosedSerializer):
     type = serializers.ChoiceField(choices=["text", "json_object", "json_schema"])
     json_schema = JsonSchemaFormatSerializer(required=False)
 
@@ -144,7 +146,7 @@ class ResponseFormatSerializer(serializers.Serializer):
         return attrs
 
 
-class StreamOptionsSerializer(serializers.Serializer):
+class StreamOptionsSerializer(ClosedSerializer):
     include_usage = StrictBooleanField(required=False, default=False)
 
 
@@ -154,7 +156,11 @@ class ChatCompletionRequestSerializer(SamplingSerializer):
     An unknown top-level parameter is a 400 naming it; the parameters listed in
     :data:`NEUTRAL_VALUES` are accepted only with their neutral value."""
 
-    model = serializers.RegexField(r"^[-a-zA-Z0-9_.:]+$", max_length=64)
+    model = StrictRegexField(
+        r"^[-a-zA-Z0-9_.:]+$",
+        max_length=64,
+        error_messages={"invalid": "Enter a model name: letters, digits, '-', '_', '.', ':'."},
+    )
     messages = MessagesField()
     tools = ToolsField(required=False, allow_null=True)
     tool_choice = ToolChoiceField(required=False, allow_null=True)
@@ -165,6 +171,7 @@ class ChatCompletionRequestSerializer(SamplingSerializer):
     n = StrictIntegerField(required=False, allow_null=True, min_value=1, max_value=1)
 
     def to_internal_value(self, data: Any) -> Any:
+        check_input(data)  # the input boundary, once (llm_routing.boundary)
         if isinstance(data, Mapping):
             for name in data:
                 if name in NEUTRAL_VALUES:

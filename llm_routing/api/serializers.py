@@ -20,6 +20,7 @@ from .chat_serializers import (
     ToolChoiceField,
     ToolsField,
     check_conversation,
+    check_input,
 )
 
 __all__ = [
@@ -32,17 +33,6 @@ __all__ = [
 ]
 
 SLUG_RE = r"^[-a-zA-Z0-9_]+$"
-
-
-def _reject_bad_text(value: str) -> str:
-    """NUL and lone surrogates are refused (DRF's CharField checks, for dict keys too)."""
-    if "\x00" in value:
-        raise serializers.ValidationError("Null characters are not allowed.")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise serializers.ValidationError("Lone surrogate characters are not allowed.") from None
-    return value
 
 
 def output_tokens_within_limit(value: int | None) -> int | None:
@@ -99,12 +89,11 @@ class StrictStringMapField(serializers.Field):
             self.fail("too_many", max=max_keys)
         out: dict[str, str] = {}
         for key, value in data.items():
+            # NUL and lone surrogates: refused by the input boundary (check_input).
             if not isinstance(key, str) or not key or len(key) > max_key:
                 self.fail("bad_key", max=max_key)
-            _reject_bad_text(key)
             if not isinstance(value, str) or len(value) > max_value:
                 self.fail("bad_value", name=key[:64], max=max_value)
-            _reject_bad_text(value)
             out[key] = value
         return out
 
@@ -136,6 +125,7 @@ class AuditRequestSerializer(serializers.Serializer):
         return fields
 
     def to_internal_value(self, data: Any) -> Any:
+        check_input(data)  # the input boundary, once (llm_routing.boundary)
         if isinstance(data, Mapping):
             unknown = sorted(set(data) - set(self.fields))
             if unknown:
