@@ -242,7 +242,7 @@ class FaceView(SSENegotiationMixin, RoutingAPIView):
     async (ASGI) from the same :class:`Face`; every error in the face's envelope."""
 
     face: ClassVar[Face]
-    async_method = "post"
+    async_method: ClassVar[str | None] = "post"
     admits_inline = True
     #: Extra authenticators tried after the configured ones (``x-api-key`` on Messages).
     extra_authentication: ClassVar[tuple[str, ...]] = ()

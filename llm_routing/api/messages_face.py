@@ -155,7 +155,7 @@ class _MessageEvents:
         if self.started:
             return []
         self.started = True
-        message = {
+        message: dict[str, Any] = {
             "id": self.id,
             "type": "message",
             "role": "assistant",

@@ -90,9 +90,10 @@ def _image(block: Mapping[str, Any], place: str) -> dict[str, Any]:
         url = f"data:{media};base64,{data}"
     elif source.get("type") == "url":
         _check_keys(source, {"type", "url"}, f"{place}.source")
-        url = source.get("url")
-        if not isinstance(url, str):
+        given = source.get("url")
+        if not isinstance(given, str):
             raise _fail(f"{place}.source.url", "Expected an http(s) URL.")
+        url = given
     else:
         raise _fail(f"{place}.source.type", "Expected base64 or url.")
     return {"type": "image_url", "image_url": {"url": url}}
