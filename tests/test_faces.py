@@ -1,5 +1,5 @@
 """The ``/v1/messages`` (Anthropic Messages) and ``/v1/responses`` (OpenAI Responses)
-faces × every vendor kind behind them, over real HTTP to the fake upstream: a whole
+faces x every vendor kind behind them, over real HTTP to the fake upstream: a whole
 answer, a stream, a tool round trip (whole and streamed), failover before the first
 token, a cut after the commit point ending in the face's error event, a chain whose
 candidates were all skipped (503 in the face's envelope), a budget and a permission
@@ -268,7 +268,7 @@ def test_a_tool_round_trip(face, kind, stream, fake_upstream, post):
     text, calls, _ = face.streamed(second) if stream else face.whole(second)
     assert text and calls == []
     sent = fake_upstream.requests_for(VENDOR[kind])[-1].body.decode()
-    assert "21 C" in sent and call_id in sent or kind == "gemini"  # gemini: by name
+    assert ("21 C" in sent and call_id in sent) or kind == "gemini"  # gemini: by name
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
