@@ -65,7 +65,7 @@ NEUTRAL_VALUES: dict[str, tuple[Any, ...]] = {
     "parallel_tool_calls": (True,),
     "include": ([],),
     "truncation": ("disabled",),
-    "reasoning": ({},),
+    "reasoning": ({}, {"effort": "none"}, {"effort": None}),
     "service_tier": ("auto", "default"),
     "stream_options": ({}, {"include_obfuscation": False}, {"include_obfuscation": True}),
     "top_logprobs": (0,),
@@ -89,6 +89,9 @@ BUILTIN_TOOLS = (
 
 
 def _same(value: Any, neutral: Any) -> bool:
+    if isinstance(value, Mapping) and isinstance(neutral, Mapping):  # null members: unset
+        value = {k: v for k, v in value.items() if v is not None}
+        return value == {k: v for k, v in neutral.items() if v is not None}
     if isinstance(value, bool) or isinstance(neutral, bool):
         return value is neutral
     return bool(value == neutral and type(value) is type(neutral))
@@ -421,7 +424,10 @@ class FormatSerializer(serializers.Serializer):
 
 class TextSerializer(serializers.Serializer):
     format = FormatSerializer(required=False, allow_null=True)
-    verbosity = serializers.ChoiceField(choices=["medium"], required=False, allow_null=True)
+    # A hint to the model (not every candidate's): accepted and dropped.
+    verbosity = serializers.ChoiceField(
+        choices=["low", "medium", "high"], required=False, allow_null=True
+    )
 
     def to_internal_value(self, data: Any) -> Any:
         _refuse_unknown(data, self.fields, "text")
