@@ -110,7 +110,7 @@ def test_a_cut_after_the_commit_point_is_an_error_to_the_anthropic_sdk(
     serve("openai_compatible", fake_upstream)
     fake_upstream.script("openai", Faults.stream(text=TEXT, error_after=2))
     received = ""
-    with pytest.raises(anthropic.APIStatusError) as raised:  # noqa: PT012
+    with pytest.raises(anthropic.APIStatusError) as raised:
         with claude.messages.stream(
             model="default", max_tokens=100, messages=[{"role": "user", "content": "Go."}]
         ) as stream:
