@@ -31,6 +31,7 @@ from typing import Any, ClassVar
 from django.http import StreamingHttpResponse
 from django.http.response import HttpResponseBase
 from django.utils.module_loading import import_string
+from drf_spectacular.utils import OpenApiExample, OpenApiResponse
 from rest_framework import exceptions
 from rest_framework.authentication import BaseAuthentication
 from rest_framework.request import Request
@@ -56,6 +57,7 @@ __all__ = [
     "flatten",
     "routed_problem",
     "routing_headers",
+    "schema_entry",
     "select_model",
 ]
 
@@ -305,3 +307,94 @@ class FaceView(SSENegotiationMixin, RoutingAPIView):
                         yield frame
 
         return _stream_response(body(), request_id, first)
+
+
+#: The errors every face documents: status → (when, an example Problem).
+DOCUMENTED_ERRORS: dict[int, tuple[str, Problem]] = {
+    400: (
+        "A parameter is missing, unknown or invalid (named in the message).",
+        Problem(400, "invalid_request", "temperatur: Unknown parameter.", "temperatur"),
+    ),
+    401: (
+        "No credentials, or a wrong token.",
+        Problem(401, "authentication", "Invalid token.", code="authentication_failed"),
+    ),
+    403: (
+        "The caller may not route where `model` points.",
+        Problem(
+            403,
+            "permission",
+            "You may not use the chain 'premium'.",
+            code="permission_denied",
+        ),
+    ),
+    404: (
+        "No chain, route or provider of that name.",
+        Problem(
+            404,
+            "not_found",
+            "The model 'nope' does not exist (see GET /v1/models).",
+            code="not_found",
+        ),
+    ),
+    429: (
+        "A throttle or a budget refused the request (Retry-After says when to come back).",
+        Problem(
+            429,
+            "rate_limit",
+            "Budget 'team-daily' is exhausted for this day.",
+            code="budget_exceeded",
+            extra={"budget": "team-daily", "window": "day", "reset_at": "2026-04-01T00:00:00Z"},
+        ),
+    ),
+    502: (
+        "The upstream rejected the provider's key or answered unusably.",
+        Problem(502, "upstream", "The upstream answered garbage.", code="response"),
+    ),
+    503: (
+        "Every candidate was skipped or failed (each with its reason).",
+        Problem(
+            503,
+            "unavailable",
+            "No provider could answer (request 0f8e1c2d-…; claude: unavailable, oc: open_circuit).",
+            code="chain_exhausted",
+            extra={
+                "request_id": "0f8e1c2d-3b4a-5968-7766-554433221100",
+                "candidates": [
+                    {"provider": "claude", "outcome": "error", "reason": "unavailable"},
+                    {"provider": "oc", "outcome": "skipped", "reason": "open_circuit"},
+                ],
+            },
+        ),
+    ),
+}
+
+
+def schema_entry(
+    face: Face,
+    *,
+    ok: Any,
+    error: Any,
+    request_example: Any,
+    ok_example: Any,
+    codes: tuple[int, ...] = tuple(DOCUMENTED_ERRORS),
+) -> dict[str, Any]:
+    """``extend_schema`` arguments of a face: the answer's shape, every documented
+    error in the face's own envelope, and an example of each (made by the face)."""
+    responses: dict[Any, Any] = {200: ok}
+    examples = [
+        OpenApiExample("A request", value=request_example, request_only=True),
+        OpenApiExample("200", value=ok_example, response_only=True, status_codes=["200"]),
+    ]
+    for code in codes:
+        when, problem = DOCUMENTED_ERRORS[code]
+        responses[code] = OpenApiResponse(error, when)
+        examples.append(
+            OpenApiExample(
+                str(code),
+                value=face.error_body(problem),
+                response_only=True,
+                status_codes=[str(code)],
+            )
+        )
+    return {"responses": responses, "examples": examples, "tags": ["v1"]}

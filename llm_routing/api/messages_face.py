@@ -23,7 +23,7 @@ import json
 import math
 from typing import Any, ClassVar
 
-from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema
+from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -38,7 +38,7 @@ from ..types import (
     StreamResult,
     ToolCall,
 )
-from .faces import Face, FaceView, Frames, Parsed, Problem, select_model
+from .faces import Face, FaceView, Frames, Parsed, Problem, schema_entry, select_model
 from .messages_serializers import MessagesRequestSerializer, TokenCountRequestSerializer
 from .openai_compat import finish_reason
 from .sse import sse
@@ -246,7 +246,7 @@ class _MessageEvents:
 
 
 class _ContentBlockSerializer(serializers.Serializer):
-    type = serializers.ChoiceField(choices=["text", "tool_use"])
+    type = serializers.CharField(help_text="text or tool_use")
     text = serializers.CharField(required=False)
     id = serializers.CharField(required=False)
     name = serializers.CharField(required=False)
@@ -266,7 +266,7 @@ class MessageSerializer(serializers.Serializer):
     events (docs/clients.md)."""
 
     id = serializers.CharField()
-    type = serializers.ChoiceField(choices=["message"])
+    type = serializers.CharField(help_text="message")
     role = serializers.ChoiceField(choices=["assistant"])
     model = serializers.CharField(help_text="The model that served (never the chain name).")
     content = _ContentBlockSerializer(many=True)
@@ -283,7 +283,7 @@ class _AnthropicErrorDetailSerializer(serializers.Serializer):
 
 
 class AnthropicErrorSerializer(serializers.Serializer):
-    type = serializers.ChoiceField(choices=["error"])
+    type = serializers.CharField(help_text="error")
     error = _AnthropicErrorDetailSerializer()
 
 
@@ -291,15 +291,6 @@ class TokenCountSerializer(serializers.Serializer):
     input_tokens = serializers.IntegerField(help_text="An estimate: 4 characters a token.")
 
 
-_ERRORS = {
-    400: OpenApiResponse(AnthropicErrorSerializer, "A parameter is missing, unknown or invalid."),
-    401: OpenApiResponse(AnthropicErrorSerializer, "No or a wrong token."),
-    403: OpenApiResponse(AnthropicErrorSerializer, "The caller may not route there."),
-    404: OpenApiResponse(AnthropicErrorSerializer, "No chain, route or provider of that name."),
-    429: OpenApiResponse(AnthropicErrorSerializer, "A throttle or a budget refused it."),
-    502: OpenApiResponse(AnthropicErrorSerializer, "The upstream answered unusably."),
-    503: OpenApiResponse(AnthropicErrorSerializer, "Every candidate was skipped or failed."),
-}
 _EXAMPLE_REQUEST = {
     "model": "default",
     "max_tokens": 256,
@@ -338,19 +329,30 @@ class MessagesView(FaceView):
     @extend_schema(
         operation_id="v1_messages_create",
         summary="Anthropic Messages, served by any provider kind of the chain",
-        description=(
-            "Anthropic's Messages API as a face of the router: `model` names a chain, "
-            "a route key or a provider; `max_tokens` is required. `stream: true` answers "
-            "Anthropic's SSE events. Authenticate with `x-api-key` or Bearer/Token. "
-            "See docs/clients.md."
-        ),
+        description="""\
+Anthropic's Messages API as a face of the same router, so the Anthropic SDK (and any
+tool that takes an Anthropic base URL) can use it: set the base URL to this app and the
+API key to a DRF token (sent as `x-api-key`; Bearer/Token work too; `anthropic-version`
+is accepted). `model` names a chain, a route key or a provider; any vendor kind can
+serve it, and a request fails over across kinds before the first token.
+
+`max_tokens` is required. `system`, `messages` (text, image, tool_use, tool_result
+blocks), client `tools`, `tool_choice`, `stop_sequences`, `temperature`, `top_p` and
+`metadata.user_id` are translated into the router's request; an unknown parameter,
+`top_k`, server tools and `disable_parallel_tool_use` are 400s naming them. The answer
+is a `message` with `text` / `tool_use` blocks and `stop_reason`; `stream: true`
+answers Anthropic's SSE events (`message_start` … `message_stop`), and a failure after
+the first delta ends the stream with an `error` event. Errors are Anthropic's envelope
+`{"type": "error", "error": {"type", "message"}}` (docs/clients.md).
+""",
         request=MessagesRequestSerializer,
-        responses={200: MessageSerializer, **_ERRORS},
-        examples=[
-            OpenApiExample("A tool offered", value=_EXAMPLE_REQUEST, request_only=True),
-            OpenApiExample("A tool call answered", value=_EXAMPLE_ANSWER, response_only=True),
-        ],
-        tags=["v1"],
+        **schema_entry(
+            MessagesFace(),
+            ok=MessageSerializer,
+            error=AnthropicErrorSerializer,
+            request_example=_EXAMPLE_REQUEST,
+            ok_example=_EXAMPLE_ANSWER,
+        ),
     )
     def post(self, request: Request) -> Any:
         return self.handle(request)
@@ -372,15 +374,26 @@ class CountTokensView(FaceView):
     @extend_schema(
         operation_id="v1_messages_count_tokens",
         summary="An estimate of a Messages request's input tokens",
-        description=(
-            "Validates the request as `/v1/messages` does (without `max_tokens`) and "
-            "answers an estimate, four characters a token over the conversation and the "
-            "tools: no vendor tokenizer is called and nothing is routed."
-        ),
+        description="""\
+The Anthropic SDK's `messages.count_tokens`. The request is validated as
+`POST /v1/messages` validates it (without `max_tokens`: unknown parameters, blocks,
+tools and `model` are checked the same way, in the same envelope) and answered with an
+estimate: four characters a token over the conversation and the tool definitions. No
+vendor tokenizer is called, nothing is routed and nothing is recorded, so treat the
+number as an order of magnitude for a context-window guard, never as a bill.
+""",
         request=TokenCountRequestSerializer,
-        responses={200: TokenCountSerializer, **{k: _ERRORS[k] for k in (400, 401, 404)}},
-        examples=[OpenApiExample("An estimate", value={"input_tokens": 57}, response_only=True)],
-        tags=["v1"],
+        **schema_entry(
+            MessagesFace(),
+            ok=TokenCountSerializer,
+            error=AnthropicErrorSerializer,
+            request_example={
+                "model": "default",
+                "messages": [{"role": "user", "content": "How long is this?"}],
+            },
+            ok_example={"input_tokens": 57},
+            codes=(400, 401, 404),
+        ),
     )
     def post(self, request: Request) -> Response:
         serializer = TokenCountRequestSerializer(data=request.data)

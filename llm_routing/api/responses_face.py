@@ -19,7 +19,7 @@ from __future__ import annotations
 import time
 from typing import Any, ClassVar
 
-from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema
+from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
 from rest_framework.request import Request
 
@@ -33,7 +33,7 @@ from ..types import (
     ToolCall,
     Usage,
 )
-from .faces import UNKNOWN_PARAMETER, Face, FaceView, Frames, Parsed, Problem
+from .faces import UNKNOWN_PARAMETER, Face, FaceView, Frames, Parsed, Problem, schema_entry
 from .openai_compat import finish_reason
 from .responses_serializers import ResponsesRequestSerializer
 from .sse import sse
@@ -359,7 +359,7 @@ class _ResponseEvents:
 
 
 class _OutputItemSerializer(serializers.Serializer):
-    type = serializers.ChoiceField(choices=["message", "function_call"])
+    type = serializers.CharField(help_text="message or function_call")
     id = serializers.CharField()
     status = serializers.CharField()
     role = serializers.CharField(required=False)
@@ -404,18 +404,6 @@ class ResponsesErrorSerializer(serializers.Serializer):
     error = _ErrorDetailSerializer()
 
 
-_ERRORS = {
-    400: OpenApiResponse(
-        ResponsesErrorSerializer,
-        "A parameter is unknown or invalid, a built-in tool, or a stateful parameter.",
-    ),
-    401: OpenApiResponse(ResponsesErrorSerializer, "No or a wrong token."),
-    403: OpenApiResponse(ResponsesErrorSerializer, "The caller may not route there."),
-    404: OpenApiResponse(ResponsesErrorSerializer, "No chain, route or provider of that name."),
-    429: OpenApiResponse(ResponsesErrorSerializer, "A throttle or a budget refused it."),
-    502: OpenApiResponse(ResponsesErrorSerializer, "The upstream answered unusably."),
-    503: OpenApiResponse(ResponsesErrorSerializer, "Every candidate was skipped or failed."),
-}
 _EXAMPLE_REQUEST = {
     "model": "default",
     "instructions": "Be brief.",
@@ -461,19 +449,31 @@ class ResponsesView(FaceView):
     @extend_schema(
         operation_id="v1_responses_create",
         summary="OpenAI Responses (stateless), served by any provider kind of the chain",
-        description=(
-            "OpenAI's Responses API as a face of the router: `model` names a chain, a "
-            "route key or a provider. Stateless: `store`, `previous_response_id`, "
-            "`conversation` and background mode are refused; only function tools. "
-            "`stream: true` answers the Responses SSE events. See docs/clients.md."
-        ),
+        description="""\
+OpenAI's Responses API as a face of the same router, so the `openai` SDK's
+`responses.create` and the OpenAI Agents SDK can use it: set the client's base URL to
+this app's `/v1` and the API key to a DRF token. `model` names a chain, a route key or
+a provider; any vendor kind can serve it, and a request fails over across kinds before
+the first token.
+
+`input` (a string, or `message` / `function_call` / `function_call_output` items),
+`instructions`, function `tools`, `tool_choice`, `max_output_tokens`, `temperature`,
+`top_p`, `text.format` (`json_schema`: structured output), `metadata` and `user` are
+translated into the router's request. The face is stateless (the app never stores
+prompts): `store: true`, `previous_response_id`, `conversation` and background mode
+are 400s saying so, and built-in tools are 400s naming them. The answer is a `response`
+object; `stream: true` answers the Responses SSE events (`response.created` …
+`response.completed`), and a failure after the first delta ends the stream with `error`
+and `response.failed`. Errors are OpenAI's envelope (docs/clients.md).
+""",
         request=ResponsesRequestSerializer,
-        responses={200: ResponseObjectSerializer, **_ERRORS},
-        examples=[
-            OpenApiExample("A tool offered", value=_EXAMPLE_REQUEST, request_only=True),
-            OpenApiExample("A tool call answered", value=_EXAMPLE_ANSWER, response_only=True),
-        ],
-        tags=["v1"],
+        **schema_entry(
+            ResponsesFace(),
+            ok=ResponseObjectSerializer,
+            error=ResponsesErrorSerializer,
+            request_example=_EXAMPLE_REQUEST,
+            ok_example=_EXAMPLE_ANSWER,
+        ),
     )
     def post(self, request: Request) -> Any:
         return self.handle(request)

@@ -397,8 +397,18 @@ class ResponsesToolChoiceField(serializers.Field):
         return value
 
 
+FORMAT_TYPES = ("text", "json_object", "json_schema")
+
+
 class FormatSerializer(serializers.Serializer):
-    type = serializers.ChoiceField(choices=["text", "json_object", "json_schema"])
+    # Not a ChoiceField: its enum would share a name with chat's response_format.type.
+    type = StrictCharField(help_text="text, json_object or json_schema")
+
+    def validate_type(self, value: str) -> str:
+        if value not in FORMAT_TYPES:
+            raise serializers.ValidationError(f"Expected one of {', '.join(FORMAT_TYPES)}.")
+        return value
+
     name = StrictCharField(required=False, max_length=64)
     description = StrictCharField(required=False, allow_blank=True)
     schema = serializers.JSONField(required=False)
