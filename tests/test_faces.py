@@ -641,3 +641,10 @@ def test_count_tokens_answers_an_estimate(post):
     refused = post("/v1/messages/count_tokens", {**body, "max_tokens": 5}, status=400)
     assert refused["error"]["type"] == "invalid_request_error"
     assert not RoutingDecision.objects.exists()
+
+
+def test_models_lists_the_faces_each_name_serves(api, fake_upstream):
+    make_chain("main", [row("p", "anthropic", fake_upstream)])
+    listed = {m["id"]: m for m in api.get("/v1/models").json()["data"]}
+    for name in ("main", "p", "mock"):
+        assert listed[name]["faces"] == ["/v1/chat/completions", "/v1/responses", "/v1/messages"]

@@ -48,6 +48,7 @@ from .budget_guard import BudgetRefused
 from .sse import SSENegotiationMixin, aclose_events, closing_events, sse_response
 
 __all__ = [
+    "SERVED_FACES",
     "Face",
     "FaceView",
     "Frames",
@@ -60,6 +61,10 @@ __all__ = [
     "schema_entry",
     "select_model",
 ]
+
+#: The ``/v1`` faces a ``GET /v1/models`` entry can be named on: every chain, route and
+#: provider serves every face (any vendor kind behind it translates each one).
+SERVED_FACES = ("/v1/chat/completions", "/v1/responses", "/v1/messages")
 
 #: router error category → (HTTP status, the problem's kind); the same statuses as
 #: ``/v1/chat/completions``. Kinds: invalid_request, not_found, upstream, unavailable.

@@ -57,6 +57,7 @@ from .chat_serializers import (
     check_conversation,
     check_json_schema,
 )
+from .faces import SERVED_FACES
 from .reuse import reused
 from .schema_docs import CHAT_COMPLETIONS, MODELS
 from .serializers import ToolCallSerializer, output_tokens_within_limit
@@ -666,5 +667,13 @@ class ModelsView(OpenAIErrorsMixin, RoutingAPIView):
             if name in seen:
                 continue
             seen.add(name)
-            data.append({"id": name, "object": "model", "created": created, "owned_by": kind})
+            data.append(
+                {
+                    "id": name,
+                    "object": "model",
+                    "created": created,
+                    "owned_by": kind,
+                    "faces": list(SERVED_FACES),  # the /v1 paths that take it as model
+                }
+            )
         return Response({"object": "list", "data": data}, status=status.HTTP_200_OK)
