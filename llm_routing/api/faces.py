@@ -45,6 +45,7 @@ from ..service import aexecute, execute
 from ..types import AuditRequest, RouterStreamEvent, RoutingResult, StreamChunk, StreamResult
 from .base import RoutingAPIView
 from .budget_guard import BudgetRefused
+from .reuse import reused
 from .sse import SSENegotiationMixin, aclose_events, closing_events, sse_response
 
 __all__ = [
@@ -207,9 +208,9 @@ class Face:
 
     def parse(self, data: Any) -> Parsed:
         """The validated request, or DRF's ``ValidationError`` naming the field."""
-        serializer = self.request_serializer(data=data)
-        serializer.is_valid(raise_exception=True)
-        return Parsed(serializer.to_request(), serializer.echo())
+        with reused(self.request_serializer, data) as serializer:  # no per-request deepcopy
+            serializer.is_valid(raise_exception=True)
+            return Parsed(serializer.to_request(), serializer.echo())
 
     def body(self, routed: RoutingResult, parsed: Parsed) -> dict[str, Any]:
         """The whole answer (``routed`` served)."""
