@@ -213,23 +213,23 @@ def _turn(raw: Any, i: int, out: list[dict[str, Any]], places: list[str]) -> Non
         places.append(place)
 
 
-def _replace_place(exc: serializers.ValidationError, places: list[str]) -> None:
-    """Re-raise the chat checks' error at the Anthropic place it came from."""
-    detail: Any = exc.detail
+def _placed(detail: Any, places: list[str]) -> Any:
+    """The chat checks' error ``detail`` at the Anthropic place it came from (relative
+    to ``messages``: the field adds its name)."""
     if isinstance(detail, Mapping):
         index, inner = next(iter(detail.items()))
         if str(index).isdigit() and int(index) < len(places):
-            at = places[int(index)]
-            if isinstance(inner, Mapping):
-                key, value = next(iter(inner.items()))
-                name = "" if key == "non_field_errors" else f".{key}"
-                if at.split(".")[-2:-1] == ["content"] and key == "tool_call_id":
-                    name = ".tool_use_id"  # a tool_result block
-                elif "tool_calls." in str(key):
-                    name = ".content"  # the tool_use blocks of that turn
-                raise serializers.ValidationError({at + name: value}) from None
-            raise serializers.ValidationError({at: inner}) from None
-    raise serializers.ValidationError({"messages": detail}) from None
+            at = places[int(index)].removeprefix("messages.")
+            if not isinstance(inner, Mapping):
+                return {at: inner}
+            key, value = next(iter(inner.items()))
+            name = "" if key == "non_field_errors" else f".{key}"
+            if at.split(".")[-2:-1] == ["content"] and key == "tool_call_id":
+                name = ".tool_use_id"  # a tool_result block
+            elif str(key).startswith("tool_calls"):
+                name = ".content"  # the tool_use blocks of that turn
+            return {at + name: value}
+    return detail
 
 
 MESSAGES_SCHEMA: dict[str, Any] = {
@@ -281,11 +281,7 @@ class AnthropicMessagesField(serializers.Field):
         try:
             return MessagesField().to_internal_value(chat)
         except serializers.ValidationError as exc:
-            try:
-                _replace_place(exc, places)
-            except serializers.ValidationError as placed:
-                raise serializers.ValidationError(_strip_messages(placed.detail)) from None
-            raise  # pragma: no cover - _replace_place always raises
+            raise serializers.ValidationError(_placed(exc.detail, places)) from None
 
     def to_representation(self, value: Any) -> Any:
         return [m.to_dict() for m in value]
@@ -294,9 +290,7 @@ class AnthropicMessagesField(serializers.Field):
 def _strip_messages(detail: Any) -> Any:
     """``{"messages.2.content": …}`` → ``{"2.content": …}`` (the field adds the name)."""
     if isinstance(detail, Mapping):
-        return {
-            str(k).removeprefix("messages.").removeprefix("messages"): v for k, v in detail.items()
-        }
+        return {str(k).removeprefix("messages."): v for k, v in detail.items()}
     return detail
 
 
