@@ -78,6 +78,7 @@ def test_the_clients_page_runs_against_a_live_server(
     assert ns["tool_use"].name == "get_weather" and set(ns["tool_use"].input) == {"city"}
     assert ns["answer_text"] and ns["answer"].stop_reason == "end_turn"
     assert ns["answer"].content[0].text == ns["answer_text"]
+    assert ns["estimate"].input_tokens > 50  # count_tokens: the conversation and the tool
     assert ("result" in ns) == (agents_default_model() is not None)
     if "result" in ns:  # the Agents SDK called its tool, sent the result back, answered
         assert ns["result"].final_output
