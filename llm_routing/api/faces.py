@@ -43,6 +43,7 @@ from ..logging import current_request_id
 from ..router import aroute_stream, route_stream
 from ..service import aexecute, execute
 from ..types import AuditRequest, RouterStreamEvent, RoutingResult, StreamChunk, StreamResult
+from .authentication import TokenAuthentication
 from .base import RoutingAPIView
 from .budget_guard import BudgetRefused
 from .reuse import reused
@@ -257,8 +258,6 @@ class FaceView(SSENegotiationMixin, RoutingAPIView):
 
     def get_authenticators(self) -> list[BaseAuthentication]:
         configured = super().get_authenticators()
-        from .authentication import TokenAuthentication
-
         if self.extra_authentication and any(
             isinstance(a, TokenAuthentication) for a in configured
         ):  # the same DRF tokens under another header, only where tokens are in use
