@@ -343,9 +343,16 @@ def test_429_is_the_same_on_both_faces(token: str, chain: Any, url: str, body: A
 # --- /health/ ---------------------------------------------------------------------------
 
 
-def test_health_is_the_same_on_both_faces(token: str, scripted: Any, key_env: str) -> None:
+def test_health_is_the_same_on_both_faces(
+    token: str, user: Any, scripted: Any, key_env: str
+) -> None:
     make_provider("a", kind="scripted")
     make_provider("b", kind="mock", api_key_env="")
+    sync, asynch = both_faces("get", "/health/", token=f"Token {token}")
+    assert_same(sync, asynch, status=200)  # a caller's summary
+    assert asynch.json() == {"status": "ok", "cache": "ok"}
+    user.is_staff = True
+    user.save()  # the operator's view: every provider
     sync, asynch = both_faces("get", "/health/", token=f"Token {token}")
     assert_same(sync, asynch, status=200)
     body = asynch.json()

@@ -31,7 +31,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from .. import pricing, snapshot
-from ..access import principal_for, provider_allowed
+from ..access import NOBODY, Viewer, may_see, viewer_for
 from ..conf import routing_settings
 from ..logging import current_request_id
 from ..router import aroute_stream, route_stream
@@ -229,7 +229,26 @@ def _select(model: str) -> dict[str, Any]:
         return {"route": model}
     if model == "mock" or config.provider(model) is not None:
         return {"provider": model}
-    raise exceptions.NotFound(f"The model {model!r} does not exist (see GET /v1/models).")
+    raise model_not_found(model)
+
+
+def model_not_found(model: str) -> exceptions.NotFound:
+    """The 404 of a ``model`` that names nothing, or something the caller may not use:
+    the same status, code and words for both, so names cannot be enumerated."""
+    return exceptions.NotFound(
+        f"The model {model!r} does not exist or you do not have access to it (see GET /v1/models).",
+        code="model_not_found",
+    )
+
+
+def visible_model(audit_request: AuditRequest, viewer: Viewer) -> bool:
+    """Whether ``viewer`` may see the chain, route or provider the request's ``model``
+    named (:func:`llm_routing.access.may_see`)."""
+    if audit_request.chain:
+        return may_see(viewer, "chain", audit_request.chain)
+    if audit_request.route:
+        return may_see(viewer, "route", audit_request.route, task=audit_request.task)
+    return may_see(viewer, "provider", audit_request.provider or "")
 
 
 # --- errors in OpenAI's envelope ------------------------------------------------------
@@ -367,7 +386,9 @@ def _headers(routed: RoutingResult) -> dict[str, str]:
     }
 
 
-def _error_response(routed: RoutingResult) -> Response:
+def _error_response(routed: RoutingResult, viewer: Viewer = NOBODY) -> Response:
+    """The error in OpenAI's envelope; a 503 names only the candidates ``viewer`` may
+    see (:func:`llm_routing.access.may_see`)."""
     err = routed.result.error
     category = err.category if err else "response"
     status_code, type_, code = _CATEGORY_STATUS.get(
@@ -379,6 +400,7 @@ def _error_response(routed: RoutingResult) -> Response:
         candidates = [
             {"provider": a.provider, "outcome": a.outcome, "reason": a.reason}
             for a in routed.metadata.attempts
+            if may_see(viewer, "provider", a.provider)
         ]
         reasons = ", ".join(f"{c['provider']}: {c['reason']}" for c in candidates) or "none"
         message = f"No provider could answer (request {routed.request_id}; {reasons})."
@@ -470,6 +492,7 @@ _CHAT_DOCS = _with_shapes(CHAT_COMPLETIONS)
 class ChatCompletionsView(SSENegotiationMixin, OpenAIErrorsMixin, RoutingAPIView):
     async_method = "post"
     admits_inline = True
+    viewer: Viewer = NOBODY  # set by admit: who is asking (access.viewer_for)
 
     @extend_schema(request=ChatCompletionRequestSerializer, **_CHAT_DOCS)
     def post(self, request: Request) -> HttpResponseBase:
@@ -480,18 +503,25 @@ class ChatCompletionsView(SSENegotiationMixin, OpenAIErrorsMixin, RoutingAPIView
         with reused(ChatCompletionRequestSerializer, request.data) as serializer:
             serializer.is_valid(raise_exception=True)
             audit_request = serializer.to_request()
+            model = serializer.validated_data["model"]
             opts = serializer.validated_data.get("stream_options") or {}
+        # What the caller may not use is answered as what does not exist (same 404).
+        self.viewer = viewer_for(request.user)
+        if not visible_model(audit_request, self.viewer):
+            raise model_not_found(model)
         return self.authorize(request, audit_request), bool(opts.get("include_usage"))
 
     def answer(self, request: Request, admitted: tuple[AuditRequest, bool]) -> HttpResponseBase:
         audit_request, include_usage = admitted
         if not audit_request.stream:
-            return _completion_response(execute(audit_request, request_id=current_request_id()))
+            routed = execute(audit_request, request_id=current_request_id())
+            return _completion_response(routed, self.viewer)
         request_id = current_request_id() or str(uuid.uuid4())
         events = route_stream(audit_request, request_id=request_id)
         first = next(events)
         if isinstance(first, StreamResult) and first.routed.result.status != "ok":
-            return _error_response(first.routed)  # nothing was sent yet: a real HTTP error
+            # nothing was sent yet: a real HTTP error
+            return _error_response(first.routed, self.viewer)
         frames = _Frames(request_id, include_usage=include_usage)
         body = (f for event in itertools.chain([first], events) for f in frames(event))
         return _stream_response(body, request_id, first)
@@ -501,9 +531,8 @@ class ChatCompletionsView(SSENegotiationMixin, OpenAIErrorsMixin, RoutingAPIView
     ) -> HttpResponseBase:
         audit_request, include_usage = admitted
         if not audit_request.stream:
-            return _completion_response(
-                await aexecute(audit_request, request_id=current_request_id())
-            )
+            routed = await aexecute(audit_request, request_id=current_request_id())
+            return _completion_response(routed, self.viewer)
         request_id = current_request_id() or str(uuid.uuid4())
         events = aroute_stream(audit_request, request_id=request_id)
         try:
@@ -513,7 +542,8 @@ class ChatCompletionsView(SSENegotiationMixin, OpenAIErrorsMixin, RoutingAPIView
             raise
         if isinstance(first, StreamResult) and first.routed.result.status != "ok":
             await aclose_events(events)
-            return _error_response(first.routed)  # nothing was sent yet: a real HTTP error
+            # nothing was sent yet: a real HTTP error
+            return _error_response(first.routed, self.viewer)
         frames = _Frames(request_id, include_usage=include_usage)
 
         async def body() -> AsyncIterator[bytes]:
@@ -527,10 +557,10 @@ class ChatCompletionsView(SSENegotiationMixin, OpenAIErrorsMixin, RoutingAPIView
         return _stream_response(body(), request_id, first)
 
 
-def _completion_response(routed: RoutingResult) -> Response:
+def _completion_response(routed: RoutingResult, viewer: Viewer = NOBODY) -> Response:
     """The ``chat.completion`` answer, or the error in OpenAI's envelope."""
     if routed.result.status != "ok":
-        return _error_response(routed)
+        return _error_response(routed, viewer)
     result = routed.result
     body = {
         "id": _completion_id(routed.request_id),
@@ -648,16 +678,25 @@ class ModelsView(OpenAIErrorsMixin, RoutingAPIView):
     )
     def get(self, request: Request) -> Response:
         created = 0
-        # Only what this caller may name (docs/operations.md, "Who may route where").
-        principal = principal_for(request.user)
+        # Only what this caller may use (access.may_see; docs/operations.md, "Who sees
+        # what"): /v1 routes every request with the task "chat".
+        viewer = viewer_for(request.user)
         config = snapshot.current()
-        ids: list[tuple[str, str]] = [(c.name, "chain") for c in config.allowed_chains(principal)]
+        ids: list[tuple[str, str]] = [
+            (name, "chain")
+            for name in sorted(config.chains)
+            if may_see(viewer, "chain", name, config=config)
+        ]
         routes = set(routing_settings.ROUTES or {}) | {r.route for r in config.rules if r.route}
-        ids += [(r, "route") for r in sorted(routes)]
+        ids += [
+            (r, "route")
+            for r in sorted(routes)
+            if may_see(viewer, "route", r, task="chat", config=config)
+        ]
         ids += [
             (name, "provider")
             for name, p in sorted(config.providers.items())
-            if p.enabled and provider_allowed(name, principal, config)
+            if p.enabled and may_see(viewer, "provider", name, config=config)
         ]
         if not any(name == "mock" for name, _ in ids):
             ids.append(("mock", "provider"))
