@@ -331,12 +331,19 @@ def test_a_budget_refuses_in_the_faces_envelope(face, fake_upstream, post):
 
 
 def test_a_permission_refuses_in_the_faces_envelope(face, fake_upstream, post):
+    """A provider in no chain the caller may use is answered as one that does not exist
+    (access.may_see: the same 404 and words as ``/v1/chat/completions``), in the face's
+    envelope, and nothing is routed."""
     make_chain("main", [row("p", "mock", fake_upstream)])
     row("solo", "openai_compatible", fake_upstream)  # in no chain alice may use
-    body = post(face.path, {**face.body("Say hello."), "model": "solo"}, status=403)
-    assert face.error_type(body) == "permission_error"
-    assert "solo" in (body["error"]["message"])
+    hidden = post(face.path, {**face.body("Say hello."), "model": "solo"}, status=404)
+    absent = post(face.path, {**face.body("Say hello."), "model": "nowhere"}, status=404)
+    assert face.error_type(hidden) == face.error_type(absent)
+    assert face.error_type(hidden) in ("not_found_error", "invalid_request_error")
+    words = hidden["error"]["message"].replace("solo", "X")
+    assert words == absent["error"]["message"].replace("nowhere", "X")
     assert fake_upstream.requests_for("openai") == []
+    assert not RoutingDecision.objects.exists()
 
 
 # --- the same faces served by the ASGI application (the async view) ----------------------

@@ -38,6 +38,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from .. import snapshot
+from ..access import NOBODY, Viewer, may_see, viewer_for
 from ..conf import routing_settings
 from ..logging import current_request_id
 from ..router import aroute_stream, route_stream
@@ -46,11 +47,11 @@ from ..types import AuditRequest, RouterStreamEvent, RoutingResult, StreamChunk,
 from .authentication import TokenAuthentication
 from .base import RoutingAPIView
 from .budget_guard import BudgetRefused
+from .openai_compat import model_not_found, visible_model
 from .reuse import reused
 from .sse import SSENegotiationMixin, aclose_events, closing_events, sse_response
 
 __all__ = [
-    "SERVED_FACES",
     "Face",
     "FaceView",
     "Frames",
@@ -63,10 +64,6 @@ __all__ = [
     "schema_entry",
     "select_model",
 ]
-
-#: The ``/v1`` faces a ``GET /v1/models`` entry can be named on: every chain, route and
-#: provider serves every face (any vendor kind behind it translates each one).
-SERVED_FACES = ("/v1/chat/completions", "/v1/responses", "/v1/messages")
 
 #: router error category → (HTTP status, the problem's kind); the same statuses as
 #: ``/v1/chat/completions``. Kinds: invalid_request, not_found, upstream, unavailable.
@@ -120,7 +117,7 @@ class Parsed:
 
 def select_model(model: str) -> dict[str, Any]:
     """``model`` → a chain, a route key, or a provider name (the lookup order of
-    ``/v1/chat/completions``); 404 naming it otherwise."""
+    ``/v1/chat/completions``); 404 naming it otherwise (the words of a hidden one)."""
     config = snapshot.current()  # no configuration rows on the request path
     if config.chain(model) is not None:
         return {"chain": model}
@@ -128,7 +125,7 @@ def select_model(model: str) -> dict[str, Any]:
         return {"route": model}
     if model == "mock" or config.provider(model) is not None:
         return {"provider": model}
-    raise exceptions.NotFound(f"The model {model!r} does not exist (see GET /v1/models).")
+    raise model_not_found(model)
 
 
 def flatten(detail: Any, prefix: str = "") -> tuple[str, str | None]:
@@ -177,9 +174,9 @@ def routing_headers(routed: RoutingResult) -> dict[str, str]:
     }
 
 
-def routed_problem(routed: RoutingResult) -> Problem:
+def routed_problem(routed: RoutingResult, viewer: Viewer = NOBODY) -> Problem:
     """A routed request that got no answer: its status, and for an exhausted chain
-    every candidate with its outcome and reason."""
+    every candidate ``viewer`` may see with its outcome and reason."""
     err = routed.result.error
     category = err.category if err else "response"
     status_code, kind = CATEGORY_STATUS.get(category, (503, "unavailable"))
@@ -189,6 +186,7 @@ def routed_problem(routed: RoutingResult) -> Problem:
         candidates = [
             {"provider": a.provider, "outcome": a.outcome, "reason": a.reason}
             for a in routed.metadata.attempts
+            if may_see(viewer, "provider", a.provider)
         ]
         reasons = ", ".join(f"{c['provider']}: {c['reason']}" for c in candidates) or "none"
         message = f"No provider could answer (request {routed.request_id}; {reasons})."
@@ -225,14 +223,15 @@ class Face:
         """``problem`` in this face's error envelope."""
         raise NotImplementedError
 
-    def response(self, routed: RoutingResult, parsed: Parsed) -> Response:
+    def response(self, routed: RoutingResult, parsed: Parsed, viewer: Viewer = NOBODY) -> Response:
         """The whole answer, or the routed error, with the routing headers."""
         if routed.result.status != "ok":
-            return self.error_response(routed)
+            return self.error_response(routed, viewer)
         return Response(self.body(routed, parsed), headers=routing_headers(routed))
 
-    def error_response(self, routed: RoutingResult) -> Response:
-        problem = routed_problem(routed)
+    def error_response(self, routed: RoutingResult, viewer: Viewer = NOBODY) -> Response:
+        """The routed error; a 503 names only the candidates ``viewer`` may see."""
+        problem = routed_problem(routed, viewer)
         return Response(
             self.error_body(problem), status=problem.status, headers=routing_headers(routed)
         )
@@ -270,19 +269,27 @@ class FaceView(SSENegotiationMixin, RoutingAPIView):
             response.data = self.face.error_body(exception_problem(exc, response.status_code))
         return response
 
+    viewer: Viewer = NOBODY  # set by admit: who is asking (access.viewer_for)
+
     def admit(self, request: Request) -> Parsed:
         parsed = self.face.parse(request.data)
+        # What the caller may not use is answered as what does not exist (the same 404
+        # as /v1/chat/completions: names cannot be enumerated).
+        self.viewer = viewer_for(request.user)
+        if not visible_model(parsed.request, self.viewer):
+            asked = parsed.request.chain or parsed.request.route or parsed.request.provider
+            raise model_not_found(asked or "")
         return Parsed(self.authorize(request, parsed.request), parsed.echo)
 
     def answer(self, request: Request, admitted: Parsed) -> HttpResponseBase:
         if not admitted.request.stream:
             routed = execute(admitted.request, request_id=current_request_id())
-            return self.face.response(routed, admitted)
+            return self.face.response(routed, admitted, self.viewer)
         request_id = current_request_id() or str(uuid.uuid4())
         events = route_stream(admitted.request, request_id=request_id)
         first = next(events)
         if isinstance(first, StreamResult) and first.routed.result.status != "ok":
-            return self.face.error_response(first.routed)  # nothing sent yet: an HTTP error
+            return self.face.error_response(first.routed, self.viewer)  # nothing sent yet
         frames = self.face.frames(request_id, admitted)
         body = (f for event in itertools.chain([first], events) for f in frames(event))
         return _stream_response(body, request_id, first)
@@ -290,7 +297,7 @@ class FaceView(SSENegotiationMixin, RoutingAPIView):
     async def aanswer(self, request: Request, admitted: Parsed) -> HttpResponseBase:
         if not admitted.request.stream:
             routed = await aexecute(admitted.request, request_id=current_request_id())
-            return self.face.response(routed, admitted)
+            return self.face.response(routed, admitted, self.viewer)
         request_id = current_request_id() or str(uuid.uuid4())
         events = aroute_stream(admitted.request, request_id=request_id)
         try:
@@ -300,7 +307,7 @@ class FaceView(SSENegotiationMixin, RoutingAPIView):
             raise
         if isinstance(first, StreamResult) and first.routed.result.status != "ok":
             await aclose_events(events)
-            return self.face.error_response(first.routed)
+            return self.face.error_response(first.routed, self.viewer)
         frames = self.face.frames(request_id, admitted)
 
         async def body() -> AsyncIterator[bytes]:

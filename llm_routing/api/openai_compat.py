@@ -57,7 +57,6 @@ from .chat_serializers import (
     check_conversation,
     check_json_schema,
 )
-from .faces import SERVED_FACES
 from .reuse import reused
 from .schema_docs import CHAT_COMPLETIONS, MODELS
 from .serializers import ToolCallSerializer, output_tokens_within_limit
@@ -71,6 +70,10 @@ __all__ = [
     "OpenAIErrorSerializer",
     "finish_reason",
 ]
+
+#: The ``/v1`` faces a ``GET /v1/models`` entry can be named on: every chain, route and
+#: provider serves every face (any vendor kind behind it translates each one).
+SERVED_FACES = ("/v1/chat/completions", "/v1/responses", "/v1/messages")
 
 #: Known OpenAI parameters the router does not implement, accepted only with a value
 #: that asks for nothing (the neutral default); anything else is a 400 naming them.
