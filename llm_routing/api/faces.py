@@ -332,21 +332,22 @@ DOCUMENTED_ERRORS: dict[int, tuple[str, Problem]] = {
         Problem(401, "authentication", "Invalid token.", code="authentication_failed"),
     ),
     403: (
-        "The caller may not route where `model` points.",
+        "The configured permission classes refuse the caller.",
         Problem(
             403,
             "permission",
-            "You may not use the chain 'premium'.",
+            "You do not have permission to perform this action.",
             code="permission_denied",
         ),
     ),
     404: (
-        "No chain, route or provider of that name.",
+        "No chain, route or provider of that name that the caller may use (one they may "
+        "not use is answered the same way).",
         Problem(
             404,
             "not_found",
-            "The model 'nope' does not exist (see GET /v1/models).",
-            code="not_found",
+            "The model 'nope' does not exist or you do not have access to it (see GET /v1/models).",
+            code="model_not_found",
         ),
     ),
     429: (
