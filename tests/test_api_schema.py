@@ -22,6 +22,9 @@ ENDPOINTS = {
     ("get", "/health/"),
     ("post", "/v1/chat/completions"),
     ("get", "/v1/models"),
+    ("post", "/v1/responses"),
+    ("post", "/v1/messages"),
+    ("post", "/v1/messages/count_tokens"),
 }
 
 

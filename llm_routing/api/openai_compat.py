@@ -73,6 +73,10 @@ __all__ = [
     "finish_reason",
 ]
 
+#: The ``/v1`` faces a ``GET /v1/models`` entry can be named on: every chain, route and
+#: provider serves every face (any vendor kind behind it translates each one).
+SERVED_FACES = ("/v1/chat/completions", "/v1/responses", "/v1/messages")
+
 #: Known OpenAI parameters the router does not implement, accepted only with a value
 #: that asks for nothing (the neutral default); anything else is a 400 naming them.
 NEUTRAL_VALUES: dict[str, tuple[Any, ...]] = {
@@ -712,5 +716,13 @@ class ModelsView(OpenAIErrorsMixin, RoutingAPIView):
             if name in seen:
                 continue
             seen.add(name)
-            data.append({"id": name, "object": "model", "created": created, "owned_by": kind})
+            data.append(
+                {
+                    "id": name,
+                    "object": "model",
+                    "created": created,
+                    "owned_by": kind,
+                    "faces": list(SERVED_FACES),  # the /v1 paths that take it as model
+                }
+            )
         return Response({"object": "list", "data": data}, status=status.HTTP_200_OK)

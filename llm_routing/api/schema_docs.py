@@ -777,14 +777,17 @@ Types are strict and an unknown parameter is a 400 naming it.
     ],
 }
 
+FACES = ["/v1/chat/completions", "/v1/responses", "/v1/messages"]
 MODELS: dict[str, Any] = {
     "summary": "List what `model` may name",
     "description": """\
-The names that `POST /v1/chat/completions` accepts as `model`, in OpenAI's list
-format: every chain (`owned_by: "chain"`), every route key of an enabled rule or of
+The names that `POST /v1/chat/completions`, `POST /v1/responses` and
+`POST /v1/messages` accept as `model`, in OpenAI's list format: every chain
+(`owned_by: "chain"`), every route key of an enabled rule or of
 `LLM_ROUTING["ROUTES"]` (`"route"`), every enabled provider (`"provider"`) and the
-built-in `mock`. OpenAI clients call it to discover models; use it to check a name
-before you configure a client.
+built-in `mock`. `faces` lists the paths each name can be used on (every vendor kind
+serves every face, so today each entry lists all three). OpenAI clients call it to
+discover models; use it to check a name before you configure a client.
 """,
     "responses": {
         200: OpenApiResponse(response=OpenApiTypes.OBJECT, description="The model list."),
@@ -798,10 +801,34 @@ before you configure a client.
             {
                 "object": "list",
                 "data": [
-                    {"id": "default", "object": "model", "created": 0, "owned_by": "chain"},
-                    {"id": "cheap", "object": "model", "created": 0, "owned_by": "route"},
-                    {"id": "openai-main", "object": "model", "created": 0, "owned_by": "provider"},
-                    {"id": "mock", "object": "model", "created": 0, "owned_by": "provider"},
+                    {
+                        "id": "default",
+                        "object": "model",
+                        "created": 0,
+                        "owned_by": "chain",
+                        "faces": FACES,
+                    },
+                    {
+                        "id": "cheap",
+                        "object": "model",
+                        "created": 0,
+                        "owned_by": "route",
+                        "faces": FACES,
+                    },
+                    {
+                        "id": "openai-main",
+                        "object": "model",
+                        "created": 0,
+                        "owned_by": "provider",
+                        "faces": FACES,
+                    },
+                    {
+                        "id": "mock",
+                        "object": "model",
+                        "created": 0,
+                        "owned_by": "provider",
+                        "faces": FACES,
+                    },
                 ],
             },
             "One entry per name",
