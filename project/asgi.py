@@ -14,4 +14,7 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "project.settings")
 # lane that serves /v1/* itself (llm_routing/lane.py).
 from llm_routing.asgi import get_asgi_application, lane
 
-application = lane(get_asgi_application())
+#: The same project without the lane: /v1/* through Django's request cycle too
+#: (bench/gateways.py measures both: GUNICORN_APP=project.asgi:django_application).
+django_application = get_asgi_application()
+application = lane(django_application)
