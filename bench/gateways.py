@@ -197,7 +197,8 @@ def rss_mib_of_children(pid: int) -> float | None:
 
 def worker_cpu(pgid: int) -> dict[int, float]:
     """CPU seconds (user + system) of each process of the group but its leader (the
-    gunicorn master or a peer's launcher): the workers."""
+    gunicorn master, granian's or a peer's launcher): the workers; the leader alone when
+    it has none (a one-process server)."""
     tick = os.sysconf("SC_CLK_TCK")
     out: dict[int, float] = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
@@ -205,10 +206,10 @@ def worker_cpu(pgid: int) -> dict[int, float]:
             fields = stat.read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        pid = int(stat.parent.name)
-        if int(fields[2]) != pgid or pid == pgid:  # fields[2]: the process group
-            continue
-        out[pid] = (int(fields[11]) + int(fields[12])) / tick  # utime + stime
+        if int(fields[2]) == pgid:  # fields[2]: the process group
+            out[int(stat.parent.name)] = (int(fields[11]) + int(fields[12])) / tick
+    if len(out) > 1:
+        out.pop(pgid, None)
     return out
 
 

@@ -440,3 +440,27 @@ class _nothing:
 
     def __exit__(self, *exc: object) -> None:
         return None
+
+
+def test_a_session_caller_is_django_paths_only(user: Any, two: Callable[[], None]) -> None:
+    """What a host gives up on the lane (docs/production.md): no SessionMiddleware runs
+    there, so a caller with only a session cookie is a 401 on the lane and served on
+    Django's path (CSRF aside: a GET)."""
+    from django.test import Client
+
+    browser = Client()
+    browser.force_login(user)
+    cookie = browser.cookies["sessionid"].value
+    statuses = {}
+    for served in SERVED:
+        app = application(served)
+
+        async def go(app: Any = app) -> int:
+            transport = httpx.ASGITransport(app=app)  # type: ignore[arg-type]
+            async with httpx.AsyncClient(
+                transport=transport, base_url="http://testserver", cookies={"sessionid": cookie}
+            ) as client:
+                return (await client.get("/v1/models")).status_code
+
+        statuses[served] = asyncio.run(go())
+    assert statuses == {"django": 200, "lane": 401}
