@@ -46,7 +46,9 @@ from bench import gateways  # noqa: E402
 
 #: The parts of the serving path, by a frame that marks each (inclusive shares).
 PARTS = {
-    "the lean lane (the request on the event loop)": "lane._serve",
+    "the lean lane (the request on the event loop)": "_serve (llm_routing/lane.py",
+    "  the request object (ASGIRequest)": "__init__ (django/core/handlers/asgi.py",
+    "  the answer sent (ASGI messages)": "_send_response (llm_routing/lane.py",
     "the ASGI handler (the request on the event loop)": "InlineMiddlewareASGIHandler.handle",
     "  middleware, URL resolution, view": "RequestIdMiddleware._acall",
     "    admit: authentication, permissions, throttles, validation, access, budgets": (
@@ -142,7 +144,7 @@ def _shares(raw: Path) -> list[tuple[str, float]]:
     counts: collections.Counter[str] = collections.Counter()
     for line in raw.read_text().splitlines():
         stack, _, number = line.rpartition(" ")
-        frames = [f.split(" (")[0] for f in stack.split(";")]
+        frames = stack.split(";")  # "function (path:line)", the class in the name
         if any(m in f for f in frames for m in ("get_asgi_application", "prepare_app")):
             continue  # start-up (the fake upstream is another process: not sampled)
         total += int(number)
@@ -160,6 +162,9 @@ def main() -> None:
     parser.add_argument("-c", type=int, default=1, help="requests in flight")
     parser.add_argument("--served", default="lane,django", help="the paths: lane, django")
     parser.add_argument("--rounds", type=int, default=10, help="alternating blocks")
+    parser.add_argument(
+        "--record-mode", default="write_behind", help="LLM_ROUTING_RECORD_MODE (shipped: inline)"
+    )
     parser.add_argument("--py-spy", help="sample the run with this py-spy binary")
     parser.add_argument("--run", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -179,7 +184,10 @@ def main() -> None:
     upstream.start()
     gateways.wait_port(port)
     settings = argparse.Namespace(
-        database_url=args.database_url, redis_url=args.redis_url, workers=1
+        database_url=args.database_url,
+        redis_url=args.redis_url,
+        workers=1,
+        record_mode=args.record_mode,
     )
     token = gateways.prepare_app(settings, port, port)
     os.environ.update(gateways.app_env(settings, 0))
