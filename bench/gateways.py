@@ -631,6 +631,7 @@ def main() -> None:
     global WRK_THREADS
     WRK_THREADS = args.wrk_threads
     wanted = args.systems.split(",")
+    load_start = os.getloadavg()[0]
     fast_port, slow_port = free_port(), free_port()
     me = [sys.executable, str(Path(__file__).resolve()), "--serve-upstream"]
     rows: list[Row] = []
@@ -660,7 +661,9 @@ def main() -> None:
 
         block = (
             f"{BEGIN}\n## Gateways side by side (`bench/gateways.py`)\n\n"
-            f"One run, {time.strftime('%Y-%m-%d')}, this 2-core machine, wrk on loopback, "
+            f"One run, {time.strftime('%Y-%m-%d %H:%M UTC')}, this 2-core machine, 1-minute "
+            f"load average {load_start:.1f} at the start"
+            f"{' (under load: see the last column)' if load_start > 1.5 else ''}, wrk on loopback, "
             f"{args.workers} workers per system where it has workers, {args.seconds} s per "
             f"level, wrk with {args.wrk_threads} thread(s), records {args.record_mode}; % of "
             f"direct = req/s through the gateway / req/s straight to the 1 s upstream at the "
