@@ -164,8 +164,6 @@ async def _serve(view: View, scope: Scope, receive: Receive, send: Send) -> None
     body = await _read_body(receive)
     if body is None:
         return
-    from . import budgets
-
     try:
         try:
             request: HttpRequest = ASGIRequest(scope, body)
@@ -175,31 +173,35 @@ async def _serve(view: View, scope: Scope, receive: Receive, send: Send) -> None
             return
         answer = asyncio.create_task(_answer(view, request, send))
         listen = asyncio.create_task(_disconnected(receive))
-        await asyncio.wait([answer, listen], return_when=asyncio.FIRST_COMPLETED)
-        for task in (answer, listen):
-            if not task.done():
-                task.cancel()  # the client left: the view sees the cancellation
+        _, pending = await asyncio.wait([answer, listen], return_when=asyncio.FIRST_COMPLETED)
+        for task in pending:
+            task.cancel()  # the client left: the view sees the cancellation
+        for task in (listen, answer):  # the answer's own error, if any, last
             try:
                 await task
             except asyncio.CancelledError:
                 pass
     finally:
-        budgets.forget()  # the end of the request (Django: its request_finished receiver)
         body.close()
 
 
 async def _answer(view: View, request: HttpRequest, send: Send) -> None:
+    """The view's answer, sent; then the end of the request in the view's own context
+    (the budgets' grant lives in a context variable the view set)."""
+    from . import budgets
+
     try:
-        request.get_host()  # ALLOWED_HOSTS, as CommonMiddleware checks it: else a 400
-        response = await view(request)
-    except Exception as exc:  # what Django's handler answers (400/500, logged, signal sent)
-        response = response_for_exception(request, exc)
-    try:
-        await _send_response(response, send)
-    except asyncio.CancelledError:
-        raise
-    except OSError:  # the server's socket went away mid-send: nothing more to send
-        logger.debug("The client went away while the lane sent the answer.")
+        try:
+            request.get_host()  # ALLOWED_HOSTS, as CommonMiddleware checks it: else a 400
+            response = await view(request)
+        except Exception as exc:  # what Django's handler answers (400/500, logged, signal)
+            response = response_for_exception(request, exc)
+        try:
+            await _send_response(response, send)
+        except OSError:  # the server's socket went away mid-send: nothing more to send
+            logger.debug("The client went away while the lane sent the answer.")
+    finally:
+        budgets.forget()  # Django: its request_finished receiver
 
 
 async def _disconnected(receive: Receive) -> None:
