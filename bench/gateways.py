@@ -593,7 +593,7 @@ def table(rows: list[Row], args: argparse.Namespace) -> str:
         name = r.system + (f" ({r.note})" if r.note else "")
         c1 = f"{r.cpu[1].ms_per_request:.2f} ms/req" if r.cpu.get(1) and r.cpu[1].shares else "—"
         split = str(r.cpu.get(16, CpuSplit()))
-        load = f"{r.load[0]:.1f} → {r.load[1]:.1f}"
+        load = f"{r.load[0]:.1f} → {r.load[1]:.1f}" if any(r.load) else "—"
         out.append(
             f"| {name} | {added} | {rps} | {pct} | {ttft} | {rss} | {r.decisions_ok} "
             f"| {c1} | {split} | {load} |"
