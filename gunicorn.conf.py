@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-import socket
 
 __all__ = [
     "accesslog",
@@ -26,7 +25,6 @@ __all__ = [
     "keepalive",
     "max_requests",
     "max_requests_jitter",
-    "post_fork",
     "reuse_port",
     "threads",
     "timeout",
@@ -64,42 +62,14 @@ max_requests_jitter = int(os.environ.get("GUNICORN_MAX_REQUESTS_JITTER", "5000")
 forwarded_allow_ips = os.environ.get("FORWARDED_ALLOW_IPS", "127.0.0.1")
 accesslog = os.environ.get("GUNICORN_ACCESSLOG", "-") or None  # empty: no access log
 errorlog = "-"
-# Every worker busy (docs/production.md, "Connections over the workers"): each async
-# worker also accepts on a listening socket of its own, bound to the same address with
-# SO_REUSEPORT, so the kernel spreads new connections over the workers by their
-# addresses. On the one socket they share, the worker that wins the accept takes every
-# connection a client opens at once, and keep-alive keeps them there (measured: one
-# worker at 100 % of a core, the other idle, at 16 connections). gunicorn's own
-# reuse_port only sets the flag on that shared socket; it is needed for the workers'
-# sockets to join it. GUNICORN_REUSE_PORT=false turns both off.
+# Every worker busy (docs/production.md, "Connections over the workers"): with
+# reuse_port, gunicorn (27, the pinned version) opens no listening socket in the master;
+# each worker binds its own with SO_REUSEPORT, and the kernel spreads new connections over
+# them by their addresses. On one shared socket the worker that wins an accept takes
+# every connection a client opens at once, and keep-alive keeps them there (measured:
+# one worker at 100 % of a core, the other idle, at 16 connections).
+# GUNICORN_REUSE_PORT=false: one shared socket.
 reuse_port = _asgi and os.environ.get("GUNICORN_REUSE_PORT", "true").lower() != "false"
-
-
-def own_listeners(shared: list[object], backlog: int) -> list[socket.socket]:
-    """A listening socket per inherited TCP one, bound to its address with
-    SO_REUSEPORT (a UNIX socket has no such group: none for it)."""
-    out = []
-    for listener in shared:
-        family = getattr(listener, "family", None)
-        if family not in (socket.AF_INET, socket.AF_INET6):
-            continue
-        own = socket.socket(family, socket.SOCK_STREAM)
-        own.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        own.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-        own.bind(listener.getsockname())  # type: ignore[attr-defined]
-        own.listen(backlog)
-        own.setblocking(False)
-        out.append(own)
-    return out
-
-
-def post_fork(server: object, worker: object) -> None:
-    """In each new worker: its own SO_REUSEPORT listener first, the shared one kept (the
-    kernel hashes a share of the connections to it too: every worker accepts those)."""
-    if reuse_port and hasattr(socket, "SO_REUSEPORT"):
-        shared = list(worker.sockets)  # type: ignore[attr-defined]
-        backlog = int(server.cfg.backlog)  # type: ignore[attr-defined]
-        worker.sockets = [*own_listeners(shared, backlog), *shared]  # type: ignore[attr-defined]
 
 
 def child_exit(server: object, worker: object) -> None:
