@@ -595,7 +595,8 @@ def table(rows: list[Row], args: argparse.Namespace) -> str:
         split = str(r.cpu.get(16, CpuSplit()))
         load = f"{r.load[0]:.1f} → {r.load[1]:.1f}" if any(r.load) else "—"
         out.append(
-            f"| {name} | {added} | {rps} | {pct} | {ttft} | {rss} | {r.decisions_ok} "
+            f"| {name} | {added} | {rps} | {pct + ' | ' if slow else ''}{ttft} | {rss} "
+            f"| {r.decisions_ok} "
             f"| {c1} | {split} | {load} |"
         )
     return "\n".join(out)
