@@ -25,6 +25,7 @@ __all__ = [
     "keepalive",
     "max_requests",
     "max_requests_jitter",
+    "reuse_port",
     "threads",
     "timeout",
     "worker_class",
@@ -37,7 +38,11 @@ ASGI_WORKER = "uvicorn_worker.UvicornWorker"
 worker_class = os.environ.get("GUNICORN_WORKER_CLASS", ASGI_WORKER)
 _asgi = "uvicorn" in worker_class.lower()  # UvicornWorker, UvicornH11Worker, a subclass
 # gunicorn's name for "the application", whichever protocol the worker speaks.
-wsgi_app = "project.asgi:application" if _asgi else "project.wsgi:application"
+# GUNICORN_APP picks another (bench/gateways.py: project.asgi:django_application, the
+# ASGI application without the lean lane).
+wsgi_app = os.environ.get(
+    "GUNICORN_APP", "project.asgi:application" if _asgi else "project.wsgi:application"
+)
 bind = os.environ.get("GUNICORN_BIND", "127.0.0.1:8000")
 # An event loop keeps one core busy on its own; threads wait on I/O, so more of them.
 _default_workers = multiprocessing.cpu_count() if _asgi else multiprocessing.cpu_count() * 2 + 1
@@ -57,6 +62,14 @@ max_requests_jitter = int(os.environ.get("GUNICORN_MAX_REQUESTS_JITTER", "5000")
 forwarded_allow_ips = os.environ.get("FORWARDED_ALLOW_IPS", "127.0.0.1")
 accesslog = os.environ.get("GUNICORN_ACCESSLOG", "-") or None  # empty: no access log
 errorlog = "-"
+# Every worker busy (docs/production.md, "Connections over the workers"): with
+# reuse_port, gunicorn (27, the pinned version) opens no listening socket in the master;
+# each worker binds its own with SO_REUSEPORT, and the kernel spreads new connections over
+# them by their addresses. On one shared socket the worker that wins an accept takes
+# every connection a client opens at once, and keep-alive keeps them there (measured:
+# one worker at 100 % of a core, the other idle, at 16 connections).
+# GUNICORN_REUSE_PORT=false: one shared socket.
+reuse_port = _asgi and os.environ.get("GUNICORN_REUSE_PORT", "true").lower() != "false"
 
 
 def child_exit(server: object, worker: object) -> None:

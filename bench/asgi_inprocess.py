@@ -1,19 +1,27 @@
 #!/usr/bin/env python3
 """The CPU one ``/v1/chat/completions`` costs inside the ASGI application, with no
-server in front: the demo project's ``llm_routing.asgi.get_asgi_application()`` called
-directly with ASGI messages, against bench/gateways.py's fake OpenAI-format upstream
-(its own process), with the production settings bench/gateways.py uses (PostgreSQL,
-Redis, write-behind recording).
+server in front, on each path: the lean lane (``llm_routing.asgi.lane(...)``, what the
+demo project's ``project/asgi.py`` serves) and Django's request cycle
+(``llm_routing.asgi.get_asgi_application()`` alone), each called directly with ASGI
+messages, against bench/gateways.py's fake OpenAI-format upstream (its own process),
+with the production settings bench/gateways.py uses (PostgreSQL, Redis, write-behind
+recording).
 
     .venv/bin/python bench/asgi_inprocess.py \\
         --database-url postgres://postgres@127.0.0.1:5432/llm_routing_gateways \\
-        --redis-url redis://127.0.0.1:6379/0 [-n 3000] [-c 1] [--py-spy PATH]
+        --redis-url redis://127.0.0.1:6379/0 [-n 3000] [-c 1] [--served lane,django] \\
+        [--py-spy PATH]
 
-Prints the wall time and the process CPU time per request (the upstream's CPU is not
-counted). With ``--py-spy PATH`` (a py-spy binary; ``pip install py-spy`` in any
-virtualenv) it samples the run (GIL-holding samples only, so waiting is not counted)
-and prints the share of the request's CPU in each part of the serving path — the
-profile in docs/benchmarks.md ("Where the time goes").
+Prints the wall time and the process CPU time per request on each path (the
+upstream's CPU is not counted). The paths are measured in alternating blocks in one
+process (``--rounds``), so a neighbour's load on a shared machine falls on both alike;
+the median block of each is printed with the load average.
+
+With ``--py-spy PATH`` (a py-spy binary; ``pip install py-spy`` in any virtualenv; use
+``--served lane`` or ``--served django`` for one path's profile) it samples the run
+(GIL-holding samples only, so waiting is not counted) and prints the share of the
+request's CPU in each part of the serving path — the profile in docs/benchmarks.md
+("Where the time goes").
 """
 
 from __future__ import annotations
@@ -38,6 +46,9 @@ from bench import gateways  # noqa: E402
 
 #: The parts of the serving path, by a frame that marks each (inclusive shares).
 PARTS = {
+    "the lean lane (the request on the event loop)": "_serve (llm_routing/lane.py",
+    "  the request object (ASGIRequest)": "__init__ (django/core/handlers/asgi.py",
+    "  the answer sent (ASGI messages)": "_send_response (llm_routing/lane.py",
     "the ASGI handler (the request on the event loop)": "InlineMiddlewareASGIHandler.handle",
     "  middleware, URL resolution, view": "RequestIdMiddleware._acall",
     "    admit: authentication, permissions, throttles, validation, access, budgets": (
@@ -76,7 +87,25 @@ def _scope(token: str, length: int) -> dict[str, Any]:
     }
 
 
-async def _drive(app: Any, token: str, n: int, concurrency: int) -> tuple[float, float]:
+async def _drive(
+    apps: dict[str, Any], token: str, n: int, concurrency: int, rounds: int
+) -> dict[str, tuple[float, float]]:
+    """Per path: the median (wall ms, CPU ms) per request over ``rounds`` blocks."""
+    per: dict[str, list[tuple[float, float]]] = {name: [] for name in apps}
+    for app in apps.values():
+        await _block(app, token, 50, 1)  # warm: the token cache, the snapshot, the pools
+    for _ in range(rounds):
+        for name, app in apps.items():
+            per[name].append(await _block(app, token, max(1, n // rounds), concurrency))
+    out = {}
+    for name, blocks in per.items():
+        walls = sorted(b[0] for b in blocks)
+        cpus = sorted(b[1] for b in blocks)
+        out[name] = (walls[len(walls) // 2], cpus[len(cpus) // 2])
+    return out
+
+
+async def _block(app: Any, token: str, n: int, concurrency: int) -> tuple[float, float]:
     body = json.dumps(gateways.BODY).encode()
     scope = _scope(token, len(body))
 
@@ -99,8 +128,6 @@ async def _drive(app: Any, token: str, n: int, concurrency: int) -> tuple[float,
         if sent[0]["status"] != 200:
             raise SystemExit(f"HTTP {sent[0]['status']}: {sent[1:]}")
 
-    for _ in range(50):  # warm: the token cache, the snapshot, the pools
-        await one()
     gate = asyncio.Semaphore(concurrency)
 
     async def limited() -> None:
@@ -117,7 +144,7 @@ def _shares(raw: Path) -> list[tuple[str, float]]:
     counts: collections.Counter[str] = collections.Counter()
     for line in raw.read_text().splitlines():
         stack, _, number = line.rpartition(" ")
-        frames = [f.split(" (")[0] for f in stack.split(";")]
+        frames = stack.split(";")  # "function (path:line)", the class in the name
         if any(m in f for f in frames for m in ("get_asgi_application", "prepare_app")):
             continue  # start-up (the fake upstream is another process: not sampled)
         total += int(number)
@@ -133,6 +160,11 @@ def main() -> None:
     parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/0")
     parser.add_argument("-n", type=int, default=3000, help="requests measured")
     parser.add_argument("-c", type=int, default=1, help="requests in flight")
+    parser.add_argument("--served", default="lane,django", help="the paths: lane, django")
+    parser.add_argument("--rounds", type=int, default=10, help="alternating blocks")
+    parser.add_argument(
+        "--record-mode", default="write_behind", help="LLM_ROUTING_RECORD_MODE (shipped: inline)"
+    )
     parser.add_argument("--py-spy", help="sample the run with this py-spy binary")
     parser.add_argument("--run", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -152,16 +184,28 @@ def main() -> None:
     upstream.start()
     gateways.wait_port(port)
     settings = argparse.Namespace(
-        database_url=args.database_url, redis_url=args.redis_url, workers=1
+        database_url=args.database_url,
+        redis_url=args.redis_url,
+        workers=1,
+        record_mode=args.record_mode,
     )
     token = gateways.prepare_app(settings, port, port)
     os.environ.update(gateways.app_env(settings, 0))
     os.chdir(ROOT)
-    from llm_routing.asgi import get_asgi_application
+    from llm_routing.asgi import get_asgi_application, lane
 
-    app = get_asgi_application()
-    wall_ms, cpu_ms = asyncio.run(_drive(app, token, args.n, args.c))
-    print(f"{args.n} requests, {args.c} in flight: {wall_ms:.3f} ms wall, {cpu_ms:.3f} ms CPU each")
+    django_app = get_asgi_application()
+    known = {"lane": lane(django_app), "django": django_app}
+    apps = {name: known[name] for name in args.served.split(",")}
+    load = os.getloadavg()[0]
+    measured = asyncio.run(_drive(apps, token, args.n, args.c, args.rounds))
+    after = os.getloadavg()[0]
+    for name, (wall_ms, cpu_ms) in measured.items():
+        print(
+            f"{name:6}: {args.n} requests, {args.c} in flight: {wall_ms:.3f} ms wall, "
+            f"{cpu_ms:.3f} ms CPU each (median of {args.rounds} blocks; "
+            f"load average {load:.1f} before, {after:.1f} after)"
+        )
     upstream.terminate()
 
 

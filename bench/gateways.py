@@ -40,7 +40,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -195,6 +195,53 @@ def rss_mib_of_children(pid: int) -> float | None:
     return max(sizes) / 1024 if sizes else None
 
 
+def worker_cpu(pgid: int) -> dict[int, float]:
+    """CPU seconds (user + system) of each process of the group but its leader (the
+    gunicorn master, granian's or a peer's launcher): the workers; the leader alone when
+    it has none (a one-process server)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out: dict[int, float] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid:  # fields[2]: the process group
+            out[int(stat.parent.name)] = (int(fields[11]) + int(fields[12])) / tick
+    if len(out) > 1:
+        out.pop(pgid, None)
+    return out
+
+
+@dataclass
+class CpuSplit:
+    """Each worker's share of the workers' CPU during one run, and CPU per request."""
+
+    shares: list[float] = field(default_factory=list)
+    ms_per_request: float = 0.0
+
+    def __str__(self) -> str:
+        if not self.shares:
+            return "—"
+        split = " + ".join(f"{s:.0f} %" for s in sorted(self.shares, reverse=True))
+        return f"{split} ({self.ms_per_request:.2f} ms/req)"
+
+
+def cpu_during(pgid: int | None, run: Callable[[], Run]) -> tuple[Run, CpuSplit]:
+    """``run()`` and the workers' CPU it cost (shares of the total, ms per request)."""
+    if pgid is None:
+        return run(), CpuSplit()
+    before = worker_cpu(pgid)
+    result = run()
+    after = worker_cpu(pgid)
+    used = {pid: after[pid] - before.get(pid, 0.0) for pid in after}
+    total = sum(used.values())
+    if total <= 0:
+        return result, CpuSplit()
+    shares = [100.0 * u / total for u in used.values() if u > 0 or len(used) > 1]
+    return result, CpuSplit(shares, 1000.0 * total / max(1, result.requests))
+
+
 # --- load --------------------------------------------------------------------------------
 
 
@@ -213,6 +260,12 @@ wrk.body = [[{body}]]
 """
 
 
+#: wrk's threads (``--wrk-threads``): 1 by default, as the issue's harness ran it. Two
+#: threads open their connections in two bursts, which happened to spread them over
+#: the workers of a shared socket (docs/benchmarks.md, "Why the figures disagreed").
+WRK_THREADS = 1
+
+
 def wrk(
     url: str, headers: dict[str, str], body: dict[str, Any], *, connections: int, seconds: int
 ) -> Run:
@@ -223,7 +276,7 @@ def wrk(
     ]
     with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as script:
         script.write(WRK_LUA.format(body=json.dumps(body), headers="\n".join(lines)))
-    threads = max(1, min(2, connections))
+    threads = max(1, min(WRK_THREADS, connections))
     cmd = [
         "wrk",
         f"-t{threads}",
@@ -315,7 +368,7 @@ def app_env(args: argparse.Namespace, port: int) -> dict[str, str]:
         "LLM_ROUTING_LOG_LEVEL": "WARNING",
         # Production settings (docs/production.md): decisions written off the request
         # path in batches, anything the database refuses kept in the spool.
-        "LLM_ROUTING_RECORD_MODE": "write_behind",
+        "LLM_ROUTING_RECORD_MODE": getattr(args, "record_mode", "write_behind"),
         "LLM_ROUTING_SPOOL_DIR": str(Path(tempfile.gettempdir()) / "llm-routing-bench-spool"),
     }
 
@@ -441,6 +494,8 @@ class Row:
     decisions_ok: str = "n/a"
     note: str = ""
     answered: int = 0  # 2xx answers the client saw (wrk runs, warm-ups, stream samples)
+    cpu: dict[int, CpuSplit] = field(default_factory=dict)  # by connections (c=1, c=16)
+    load: tuple[float, float] = (0.0, 0.0)  # 1-minute load average before and after
 
 
 def measure(
@@ -458,14 +513,25 @@ def measure(
     warm_up(fast_url, system.headers, body_fast)
     warm_up(slow_url, system.headers, body_slow)
     runs: list[Run] = []
-    c1 = wrk(fast_url, system.headers, body_fast, connections=1, seconds=secs)
+    load_before = os.getloadavg()[0]
+    c1, row.cpu[1] = cpu_during(
+        pid, lambda: wrk(fast_url, system.headers, body_fast, connections=1, seconds=secs)
+    )
     runs.append(c1)
     row.added_p50_ms = c1.p50_ms if direct is None else c1.p50_ms - direct.rps.get(-1, 0.0)
     row.rps[-1] = c1.p50_ms  # kept for the direct row's baseline
     row.rps[1] = c1.rps
     for c in (16, 64):
-        runs.append(wrk(fast_url, system.headers, body_fast, connections=c, seconds=secs))
-        row.rps[c] = runs[-1].rps
+        run_c, split = cpu_during(
+            pid,
+            lambda c=c: wrk(  # type: ignore[misc]
+                fast_url, system.headers, body_fast, connections=c, seconds=secs
+            ),
+        )
+        runs.append(run_c)
+        row.rps[c] = run_c.rps
+        if c == 16:
+            row.cpu[16] = split
     for c in args.slow_clients:
         run = wrk(slow_url, system.headers, body_slow, connections=c, seconds=max(secs, 10))
         runs.append(run)
@@ -482,6 +548,7 @@ def measure(
     row.ttft_overhead_ms = t if direct is None else t - (direct.ttft_overhead_ms or 0.0)
     if pid is not None:
         row.rss_mib = rss_mib_of_children(pid)
+    row.load = (load_before, os.getloadavg()[0])
     return row
 
 
@@ -490,9 +557,10 @@ def table(rows: list[Row], args: argparse.Namespace) -> str:
     head = (
         "| system | added p50 c=1 (ms) | req/s c=1 / 16 / 64 | "
         + " | ".join(f"{c} clients, 1 s upstream: % direct (errors)" for c in slow)
-        + " | TTFT overhead (ms) | RSS/worker (MiB) | decision rows / 2xx answers |"
+        + " | TTFT overhead (ms) | RSS/worker (MiB) | decision rows / 2xx answers"
+        + " | worker CPU c=1 | worker CPU split c=16 | load avg before → after |"
     )
-    sep = "|" + "---|" * (6 + len(slow))
+    sep = "|" + "---|" * (9 + len(slow))
     out = [head, sep]
     for r in rows:
         is_direct = r.system == "direct"
@@ -523,7 +591,14 @@ def table(rows: list[Row], args: argparse.Namespace) -> str:
         )
         rss = f"{r.rss_mib:.0f}" if r.rss_mib else "—"
         name = r.system + (f" ({r.note})" if r.note else "")
-        out.append(f"| {name} | {added} | {rps} | {pct} | {ttft} | {rss} | {r.decisions_ok} |")
+        c1 = f"{r.cpu[1].ms_per_request:.2f} ms/req" if r.cpu.get(1) and r.cpu[1].shares else "—"
+        split = str(r.cpu.get(16, CpuSplit()))
+        load = f"{r.load[0]:.1f} → {r.load[1]:.1f}" if any(r.load) else "—"
+        out.append(
+            f"| {name} | {added} | {rps} | {pct + ' | ' if slow else ''}{ttft} | {rss} "
+            f"| {r.decisions_ok} "
+            f"| {c1} | {split} | {load} |"
+        )
     return "\n".join(out)
 
 
@@ -534,19 +609,30 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--database-url", required=True)
     parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/0")
-    parser.add_argument("--systems", default="direct,asgi,wsgi,litellm,portkey")
+    parser.add_argument("--systems", default="direct,lane,django,wsgi,litellm,portkey")
+    parser.add_argument(
+        "--wrk-threads", type=int, default=1, help="wrk threads (the issue's harness: 1)"
+    )
+    parser.add_argument(
+        "--record-mode",
+        default="write_behind",
+        help="LLM_ROUTING_RECORD_MODE of this app (the shipped default is inline)",
+    )
     parser.add_argument("--peers-dir", type=Path, default=ROOT.parent / "shared" / "peers")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--seconds", type=int, default=10, help="length of each wrk run")
     parser.add_argument(
-        "--slow-clients", type=lambda s: [int(x) for x in s.split(",")], default=[256, 1000]
+        "--slow-clients", type=lambda s: [int(x) for x in s.split(",") if x], default=[256, 1000]
     )
     parser.add_argument("--ttft-samples", type=int, default=50)
     parser.add_argument("--write-docs", action="store_true")
     args = parser.parse_args()
     if shutil.which("wrk") is None:
         raise SystemExit("wrk is missing: apt-get install wrk")
+    global WRK_THREADS
+    WRK_THREADS = args.wrk_threads
     wanted = args.systems.split(",")
+    load_start = os.getloadavg()[0]
     fast_port, slow_port = free_port(), free_port()
     me = [sys.executable, str(Path(__file__).resolve()), "--serve-upstream"]
     rows: list[Row] = []
@@ -576,19 +662,36 @@ def main() -> None:
 
         block = (
             f"{BEGIN}\n## Gateways side by side (`bench/gateways.py`)\n\n"
-            f"One run, {time.strftime('%Y-%m-%d')}, this 2-core machine, wrk on loopback, "
+            f"One run, {time.strftime('%Y-%m-%d %H:%M UTC')}, this 2-core machine, 1-minute "
+            f"load average {load_start:.1f} at the start"
+            f"{' (under load: see the last column)' if load_start > 1.5 else ''}, wrk on loopback, "
             f"{args.workers} workers per system where it has workers, {args.seconds} s per "
-            f"level; % of direct = req/s through the gateway / req/s straight to the 1 s "
-            f"upstream at the same client count.\n\n{text}\n{END}"
+            f"level, wrk with {args.wrk_threads} thread(s), records {args.record_mode}; % of "
+            f"direct = req/s through the gateway / req/s straight to the 1 s upstream at the "
+            f"same client count; worker CPU from /proc (user + system of each worker) over "
+            f"the c=1 and c=16 runs.\n\n{text}\n{END}"
         )
         replace_docs_section(DOCS, BEGIN, END, block)
 
 
-#: ``--systems`` name → (table label, gunicorn worker class of the shipped config)
-APP_VARIANTS = {
-    "asgi": ("this app (ASGI)", "uvicorn_worker.UvicornWorker"),
-    "wsgi": ("this app (WSGI)", "gthread"),
+#: ``--systems`` name → (table label, environment over the shipped gunicorn.conf.py)
+APP_VARIANTS: dict[str, tuple[str, dict[str, str]]] = {
+    "lane": ("this app, lean lane (ASGI)", {}),
+    "django": (
+        "this app, Django path (ASGI)",
+        {"GUNICORN_APP": "project.asgi:django_application"},
+    ),
+    "lane-shared-socket": (
+        "this app, lean lane, one shared socket",
+        {"GUNICORN_REUSE_PORT": "false"},
+    ),
+    "django-shared-socket": (
+        "this app, Django path, one shared socket",
+        {"GUNICORN_APP": "project.asgi:django_application", "GUNICORN_REUSE_PORT": "false"},
+    ),
+    "wsgi": ("this app (WSGI)", {"GUNICORN_WORKER_CLASS": "gthread"}),
 }
+APP_VARIANTS["asgi"] = APP_VARIANTS["lane"]  # the name earlier runs used
 
 
 def run_system(
@@ -603,7 +706,7 @@ def run_system(
     url = f"http://127.0.0.1:{port}/v1/chat/completions"
     if name in APP_VARIANTS:
         token = prepare_app(args, fast_port, slow_port)
-        env = {**app_env(args, port), "GUNICORN_WORKER_CLASS": APP_VARIANTS[name][1]}
+        env = {**app_env(args, port), **APP_VARIANTS[name][1]}
         cmd = [sys.executable, "-m", "gunicorn", "-c", "gunicorn.conf.py"]  # the shipped config
         system = System(APP_VARIANTS[name][0], headers={"Authorization": f"Bearer {token}"})
         with started(cmd, port=port, env=env, log=logs / f"{name}.log") as proc:

@@ -31,10 +31,13 @@ from django.dispatch import Signal
 from django.http.response import HttpResponseBase
 from django.urls import set_script_prefix
 
+from .lane import lane  # the lean lane for /v1/* (issue 23): llm_routing/lane.py
+
 __all__ = [
     "InlineMiddlewareASGIHandler",
     "close_async_clients",
     "get_asgi_application",
+    "lane",
     "with_lifespan",
 ]
 

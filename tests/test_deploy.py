@@ -196,3 +196,65 @@ def test_the_shipped_config_starts_and_answers(
         assert "Application startup complete" in log
         assert "Application shutdown complete" in log  # the lifespan shutdown ran
     assert "Traceback" not in log
+
+
+def _listeners(port: int) -> int:
+    """Listening TCP sockets on 127.0.0.1:``port`` (each socket once, however many
+    processes hold it)."""
+    count = 0
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        local, state = line.split()[1], line.split()[3]
+        if state == "0A" and int(local.split(":")[1], 16) == port:
+            count += 1
+    return count
+
+
+@pytest.mark.skipif(not Path("/proc/net/tcp").exists(), reason="Linux /proc only")
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [({}, 2), ({"GUNICORN_REUSE_PORT": "false"}, 1)],
+    ids=["own-sockets", "one-shared-socket"],
+)
+def test_each_asgi_worker_accepts_on_its_own_reuseport_socket(
+    env: dict[str, str], expected: int, tmp_path: Path
+) -> None:
+    """Issue 23, "every worker busy": with two uvicorn workers the shipped config
+    leaves two listeners on the port — one SO_REUSEPORT socket per worker, over which
+    the kernel spreads new connections — and one, shared, with
+    GUNICORN_REUSE_PORT=false. Both answer."""
+    port = _free_port()
+    log_path = tmp_path / "gunicorn.log"
+    run_env = clean_env(
+        DEBUG="true",
+        DJANGO_SETTINGS_MODULE="project.settings",
+        GUNICORN_BIND=f"127.0.0.1:{port}",
+        WEB_CONCURRENCY="2",
+        GUNICORN_ACCESSLOG="",
+        **env,
+    )
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "gunicorn", "-c", "gunicorn.conf.py"],
+            cwd=ROOT,
+            env=run_env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + 90
+        while log_path.read_text().count("Application startup complete") < 2:
+            assert proc.poll() is None, log_path.read_text()
+            assert time.monotonic() < deadline, "two workers did not start within 90 s"
+            time.sleep(0.2)
+        assert _listeners(port) == expected, log_path.read_text()
+        for _ in range(4):  # new connections, whichever socket the kernel picks
+            response = httpx.get(f"http://127.0.0.1:{port}/health/", timeout=10)
+            assert response.status_code == 401
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=40) == 0, log_path.read_text()
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+    assert "Traceback" not in log_path.read_text()

@@ -42,7 +42,7 @@ from .budget_guard import aenforce_budgets, enforce_budgets
 from .parsers import LimitedJSONParser
 from .throttles import WindowRateThrottle
 
-__all__ = ["RoutingAPIView", "ServerMatchedView", "in_thread"]
+__all__ = ["RoutingAPIView", "ServerMatchedView", "in_thread", "serve_in_thread"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -122,6 +122,16 @@ async def _plain(response: HttpResponseBase) -> HttpResponseBase:
     return plain
 
 
+async def serve_in_thread(
+    view: Callable[..., Any], request: HttpRequest, *args: Any, **kwargs: Any
+) -> HttpResponseBase:
+    """A view's sync face answered from the event loop: run and rendered in a worker
+    thread (:func:`in_thread`'s connection hygiene), then as a plain HttpResponse. The
+    async face's way to answer a method it has no coroutine for, and the lean lane's
+    (llm_routing/lane.py) way to serve a view with no async face."""
+    return await _plain(await in_thread(_rendered(view))(request, *args, **kwargs))
+
+
 class RoutingAPIView(APIView):
     # Authentication, permissions and throttles come from ``LLM_ROUTING`` (read per
     # request, so ``override_settings`` applies). A comment, not a docstring: the
@@ -192,7 +202,7 @@ class RoutingAPIView(APIView):
 
         async def async_view(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
             if (request.method or "").lower() != cls.async_method:  # OPTIONS, a 405 …
-                return await _plain(await in_thread(_rendered(sync_view))(request, *args, **kwargs))
+                return await serve_in_thread(sync_view, request, *args, **kwargs)
             self = cls(**initkwargs)
             self.setup(request, *args, **kwargs)
             return await self.adispatch(request, *args, **kwargs)
