@@ -10,7 +10,8 @@
 
 ``lane(app)`` is an ASGI application, the shape of Channels' routers: an HTTP request
 whose path is one of the app's OpenAI-style faces (:data:`LANE_ROUTES`: today
-``/v1/chat/completions`` and ``/v1/models``, wherever the host mounted
+``/v1/chat/completions``, ``/v1/models``, ``/v1/responses``, ``/v1/messages`` and
+``/v1/messages/count_tokens``, wherever the host mounted
 ``llm_routing.urls``) is served here; every other scope — ``/audit/``, the admin,
 ``/health/``, the host's own views, websockets — goes to ``app`` untouched. It also
 answers the ASGI ``lifespan`` protocol (:func:`llm_routing.asgi.with_lifespan`).
@@ -65,7 +66,13 @@ View = Callable[[HttpRequest], Awaitable[HttpResponseBase]]
 #: The URL names (in the ``llm_routing`` namespace) the lane serves: the OpenAI-style
 #: faces. A new face registers its URL name with :func:`register`; the lane then serves
 #: it through the view Django's URL table holds for it.
-LANE_ROUTES: list[str] = ["chat-completions", "models"]
+LANE_ROUTES: list[str] = [
+    "chat-completions",
+    "models",
+    "responses",
+    "messages",
+    "messages-count-tokens",
+]
 
 _sniffio: Any
 try:  # anyio's (and so httpcore's) way to learn the running async library

@@ -29,6 +29,7 @@ from django.test import override_settings
 from rest_framework.authtoken.models import Token
 
 from llm_routing.asgi import get_asgi_application, lane
+from llm_routing.lane import lane_paths
 from llm_routing.models import Attempt, RoutingDecision
 from llm_routing.resilience import breaker
 from tests.breaker_support import FakeClock
@@ -102,8 +103,8 @@ def send(served: str, token: str | None, *calls: Call) -> list[httpx.Response]:
 
 
 _VARYING = re.compile(
-    r"chatcmpl-[0-9a-f]{32}|[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
-    r'|"created": ?\d+'
+    r"(?:chatcmpl-|msg_|resp_|fc_)[0-9a-f]{32}|[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
+    r'|"created(?:_at)?": ?\d+'
 )
 
 
@@ -221,6 +222,45 @@ def test_the_mock_kind_answers_alike(token: str) -> None:
     assert "[mock] chat:" in plain[1] and "[DONE]" in streamed[1]
 
 
+# --- the other /v1 faces ------------------------------------------------------------------
+
+FACE_CALLS = {
+    "messages": (
+        "/v1/messages",
+        {"model": "default", "max_tokens": 64, "messages": MESSAGES},
+        {"anthropic-version": "2023-06-01"},
+    ),
+    "responses": ("/v1/responses", {"model": "default", "input": "Say hello."}, {}),
+    "count_tokens": ("/v1/messages/count_tokens", {"model": "default", "messages": MESSAGES}, {}),
+}
+
+
+@pytest.mark.parametrize("face", sorted(FACE_CALLS))
+def test_the_other_faces_answer_alike(
+    token: str,
+    fake_upstream: FakeUpstream,
+    upstream_chain: Callable[..., list[Any]],
+    face: str,
+) -> None:
+    """/v1/messages, /v1/responses and count_tokens ride the lane (LANE_ROUTES) and
+    answer as through Django: plain, streamed (where the face streams) and a failover."""
+    first_and_second(upstream_chain, "openai")
+    url, body, headers = FACE_CALLS[face]
+    down = Faults.unavailable("openai", 503)
+    calls = [("POST", url, body, headers)]
+    if face != "count_tokens":
+        calls.append(("POST", url, {**body, "stream": True}, headers))
+    answers = both(
+        token,
+        lambda: fake_upstream.script("openai", down, Faults.ok(), down, Faults.stream(text="hi")),
+        *calls,
+    )
+    assert [a[0] for a in answers] == [200] * len(calls), answers[0][1]
+    if face != "count_tokens":
+        assert all(a[3][0][:2] == ("ok", "second") for a in answers)  # recorded alike
+    assert url in lane_paths()  # served on the lane, not passed through to Django
+
+
 # --- the errors --------------------------------------------------------------------------
 
 
@@ -242,7 +282,8 @@ def two(
     [
         ("none", post(CHAT), 401),
         ("bad", post(CHAT), 401),
-        ("good", post({**CHAT, "model": "premium"}), 403),  # a chain for group "vips" only
+        # a chain for group "vips" only: the same 404 as an absent model (one visibility rule)
+        ("good", post({**CHAT, "model": "premium"}), 404),
         ("good", post({**CHAT, "model": "nope"}), 404),
         ("good", post(json.dumps({**CHAT, "pad": "x" * 2_000_000}).encode()), 413),
         ("good", post({"model": "default", "messages": []}), 400),
