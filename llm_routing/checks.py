@@ -14,6 +14,8 @@ llm_routing.W003      write-behind recording without SPOOL_DIR (refused batches 
 llm_routing.I001      no default chain in the database and no DEFAULT_CHAIN setting
 llm_routing.W010      httpx / httpcore debug logging is on (it logs request headers)
 llm_routing.E010      HTTP_MAX_CONNECTIONS / HTTP_MAX_KEEPALIVE are not usable pool limits
+llm_routing.W020-028  a private seam of Django/asgiref/DRF/httpcore moved: its
+                      fallback is in use (llm_routing.seams)
 ====================  ==========================================================
 
 E003, E004, W001, W002 and I001 read the configuration rows. They are registered with
@@ -44,6 +46,7 @@ __all__ = [
     "MESSAGES",
     "check_configuration_rows",
     "check_http_debug_logging",
+    "check_private_seams",
     "check_settings",
     "requires_key",
 ]
@@ -103,6 +106,12 @@ MESSAGES: dict[str, tuple[str, str]] = {
         "The HTTP connection-pool limits are invalid: {detail}.",
         "HTTP_MAX_CONNECTIONS and HTTP_MAX_KEEPALIVE are whole numbers of at least 1, and "
         "HTTP_MAX_KEEPALIVE is at most HTTP_MAX_CONNECTIONS (see docs/configuration.md).",
+    ),
+    # W020-W028: one template; the seam names what moved and what runs instead.
+    "SEAM": (
+        "{relies_on} is not usable with the installed versions ({reason}).",
+        "llm_routing falls back: {fallback}. Correct, but slower; an upgrade of "
+        "django-llm-routing may restore it (docs/production.md, 'Private seams').",
     ),
 }
 
@@ -287,3 +296,24 @@ def check_http_debug_logging(app_configs: Any = None, **kwargs: Any) -> list[che
     if noisy:
         return [_message(checks.Warning, "W010", loggers=", ".join(noisy))]
     return []
+
+
+@checks.register()
+def check_private_seams(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """W020-W028: a private seam whose guard found it moved (:mod:`llm_routing.seams`)."""
+    from . import seams
+
+    messages: list[checks.CheckMessage] = []
+    for seam in seams.seams():
+        reason = seams.broken(seam.code)
+        if reason is not None:
+            text, hint = MESSAGES["SEAM"]
+            params = {"relies_on": seam.relies_on, "reason": reason, "fallback": seam.fallback}
+            messages.append(
+                checks.Warning(
+                    text.format(**params),
+                    hint=hint.format(**params),
+                    id=f"llm_routing.{seam.code}",
+                )
+            )
+    return messages
