@@ -5,9 +5,9 @@ everyone, per window (docs/budgets.md).
   rows that apply to the caller (their user, each of their groups, their API token, the
   global ones) and, in ONE atomic step, checks every one against its caps and counts
   the request in all of them — or in none, when any is exhausted (the first exhausted
-  one is the :class:`Refusal`). On Redis (Django's ``RedisCache``) the step is one Lua
-  script, so it holds across workers and hosts; on any other cache (LocMem in the
-  embedded setup) it is the cache's own operations under a process lock — the same
+  one is the :class:`Refusal`). On Redis (the app's own client, :mod:`llm_routing.cache`)
+  the step is one Lua script, so it holds across workers and hosts; on any other cache
+  (LocMem in the embedded setup) it is the cache's own operations under a process lock — the same
   semantics within one process, per process across several.
 * **After the answer** the routed request's tokens and cost (every attempt's, from
   ``request_routed``; the cost from :mod:`llm_routing.pricing`) are added to the same
@@ -45,13 +45,11 @@ from decimal import Decimal
 from typing import Any
 
 from asgiref.sync import sync_to_async
-from django.core.cache import caches
-from django.core.cache.backends.base import BaseCache
 from django.core.cache.backends.locmem import LocMemCache
 from django.db.models.signals import post_delete, post_save
 from django.dispatch import Signal
 
-from .cache import async_redis, routing_cache, run_script
+from .cache import SharedStore, async_redis, raw_redis, routing_cache, run_script
 from .conf import routing_settings
 from .models import Budget
 from .signals import send
@@ -415,17 +413,15 @@ LEASE_GRACE_S = 30.0
 _lock = threading.Lock()
 
 
-def _cache() -> BaseCache:
-    return caches[routing_settings.CACHE_ALIAS]
+def _cache() -> SharedStore:
+    """The routing store (:func:`llm_routing.cache.routing_cache`): the app's own Redis
+    client, the process's LocMem cache, or Django's cache for another backend."""
+    return routing_cache()
 
 
-def _redis(cache: BaseCache) -> Any | None:
-    """The redis-py client behind Django's RedisCache, or None for other caches."""
-    from django.core.cache.backends.redis import RedisCache
-
-    if isinstance(cache, RedisCache):
-        return cache._cache.get_client(write=True)
-    return None
+def _redis(cache: SharedStore) -> Any | None:
+    """The shared redis-py client of the routing store, or None when it is not Redis."""
+    return raw_redis(cache)
 
 
 def _start(budget: Budget, now: float) -> int:
@@ -457,7 +453,7 @@ def _lease_s() -> float:
 
 
 def _check_call(
-    cache: BaseCache, budgets: Sequence[Budget], starts: Sequence[int], now: float, member: str
+    cache: SharedStore, budgets: Sequence[Budget], starts: Sequence[int], now: float, member: str
 ) -> tuple[list[str], list[int | str]]:
     """The keys and arguments of :data:`_CHECK_LUA` (the cache's key prefix applied)."""
     keys: list[str] = []
@@ -475,7 +471,7 @@ def _check_call(
 
 
 def _count(
-    cache: BaseCache, budgets: Sequence[Budget], starts: Sequence[int], now: float, member: str
+    cache: SharedStore, budgets: Sequence[Budget], starts: Sequence[int], now: float, member: str
 ) -> tuple[int, list[int]]:
     """Check and count one request in every budget: (0, new request counts), or the
     1-based index of the first exhausted budget (negative: its room is held by the
@@ -519,7 +515,7 @@ def _count(
 
 
 def _settle_call(
-    cache: BaseCache, grant: Grant, tokens: int, nano: int, now: float
+    cache: SharedStore, grant: Grant, tokens: int, nano: int, now: float
 ) -> tuple[list[str], list[int | str]]:
     """The keys and arguments of :data:`_SETTLE_LUA` (the cache's key prefix applied)."""
     keys: list[str] = []
@@ -531,7 +527,7 @@ def _settle_call(
     return [cache.make_key(k) for k in keys], args
 
 
-def _settle(cache: BaseCache, grant: Grant, tokens: int, nano: int, now: float) -> list[int]:
+def _settle(cache: SharedStore, grant: Grant, tokens: int, nano: int, now: float) -> list[int]:
     """Add the usage to the grant's budgets and release its places in flight, one round
     trip on Redis; the new (tokens, cost) counters, per budget."""
     client = _redis(cache)
@@ -554,7 +550,7 @@ def _settle(cache: BaseCache, grant: Grant, tokens: int, nano: int, now: float) 
     return out
 
 
-def _release_locally(cache: BaseCache, budget: Budget, start: int, member: str, ttl: int) -> None:
+def _release_locally(cache: SharedStore, budget: Budget, start: int, member: str, ttl: int) -> None:
     key = _key(budget, start, "inflight")
     held = dict(cache.get(key) or {})
     if held.pop(member, None) is not None:
@@ -564,7 +560,7 @@ def _release_locally(cache: BaseCache, budget: Budget, start: int, member: str, 
             cache.delete(key)
 
 
-def _release(cache: BaseCache, grant: Grant) -> None:
+def _release(cache: SharedStore, grant: Grant) -> None:
     """Take an unsettled request out of the in-flight sets (one round trip on Redis)."""
     held = [(b, s) for b, s in zip(grant.budgets, grant.starts, strict=True) if _reserves(b)]
     if not held:

@@ -142,6 +142,12 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
     spool_dir = user.get("SPOOL_DIR")
     if spool_dir is not None and not isinstance(spool_dir, str | os.PathLike):
         errors.append(_message(checks.Error, "E002", detail="SPOOL_DIR must be a path or None"))
+    if user.get("REDIS_URL") is not None:
+        from .cache import redis_url_problem
+
+        problem = redis_url_problem(user["REDIS_URL"])
+        if problem:
+            errors.append(_message(checks.Error, "E002", detail=problem))
     mode = user.get("RECORD_MODE", "inline")
     if mode not in ("inline", "write_behind"):
         errors.append(_message(checks.Error, "E005", value=mode))

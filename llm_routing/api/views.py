@@ -148,6 +148,8 @@ class HealthView(RoutingAPIView):
     def admit(self, request: Request) -> dict[str, Any]:
         rows = list(Provider.objects.order_by("name"))
         circuits = breaker.store.for_providers(rows)
+        if not rows:  # no circuit was read: read one, so "cache" says whether it answers
+            breaker.store.load("llm_routing", "health")
         now = breaker.store.clock()
         providers: list[dict[str, Any]] = []
         for p in rows:
