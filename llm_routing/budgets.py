@@ -49,7 +49,15 @@ from django.core.cache.backends.locmem import LocMemCache
 from django.db.models.signals import post_delete, post_save
 from django.dispatch import Signal
 
-from .cache import SharedStore, async_redis, raw_redis, routing_cache, run_script
+from .cache import CACHE_RETRY_S as _CACHE_RETRY_S
+from .cache import (
+    CacheBackoff,
+    SharedStore,
+    async_redis,
+    raw_redis,
+    routing_cache,
+    run_script,
+)
 from .conf import routing_settings
 from .models import Budget
 from .signals import send
@@ -79,8 +87,9 @@ logger = logging.getLogger("llm_routing.budgets")
 #: a budget's use crossed its soft threshold (once per budget and window).
 budget_threshold_reached = Signal()
 
-#: After a cache failure, budgets leave the cache alone for this long (their policy).
-CACHE_RETRY_S = 5.0
+#: After a cache failure, budgets leave the cache alone for this long (the app's one
+#: cache-down back-off: :class:`llm_routing.cache.CacheBackoff`).
+CACHE_RETRY_S = _CACHE_RETRY_S
 #: While the cache keeps failing, at most one warning per this many seconds.
 FAIL_OPEN_LOG_INTERVAL_S = 60.0
 #: Counter keys outlive their window by this much (late settlements still land).
@@ -580,20 +589,17 @@ def _release(cache: SharedStore, grant: Grant) -> None:
 
 # --- cache failures -----------------------------------------------------------------------
 
-_fail_lock = threading.Lock()
-_retry_at = 0.0
-_next_log_at = 0.0
+#: The budgets' cache-down back-off (one warning per FAIL_OPEN_LOG_INTERVAL_S).
+backoff = CacheBackoff(
+    CACHE_RETRY_S, clock=lambda: time.monotonic(), log_interval_s=FAIL_OPEN_LOG_INTERVAL_S
+)
 
 
 def _cache_failed(exc: Exception | None) -> None:
-    global _retry_at, _next_log_at
-    now = time.monotonic()
-    with _fail_lock:
-        if exc is not None:
-            _retry_at = now + CACHE_RETRY_S
-        if now < _next_log_at:
-            return
-        _next_log_at = now + FAIL_OPEN_LOG_INTERVAL_S
+    if exc is not None:
+        backoff.failed()
+    if not backoff.should_log():
+        return
     logger.warning(
         "Budget cache unavailable (%s); budgets with on_cache_down=open let requests "
         "through, closed ones refuse them (503) until it answers again.",
@@ -604,9 +610,7 @@ def _cache_failed(exc: Exception | None) -> None:
 def reset_cache_state() -> None:
     """Forget a past cache failure and the cached budget rows (tests: the next call
     tries the cache again and reads the rows)."""
-    global _retry_at, _next_log_at
-    with _fail_lock:
-        _retry_at = _next_log_at = 0.0
+    backoff.reset()
     _rows_changed()
 
 
@@ -704,7 +708,7 @@ def _begin(principal: Principal | None, token_key: str | None) -> _Counting | Re
     if not budgets:
         return None
     now = clock()
-    if time.monotonic() < _retry_at:
+    if not backoff.open():
         _cache_failed(None)
         return _cache_down_refusal(budgets)
     return _Counting(
