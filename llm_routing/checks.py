@@ -14,6 +14,8 @@ llm_routing.W003      write-behind recording without SPOOL_DIR (refused batches 
 llm_routing.I001      no default chain in the database and no DEFAULT_CHAIN setting
 llm_routing.W010      httpx / httpcore debug logging is on (it logs request headers)
 llm_routing.E010      HTTP_MAX_CONNECTIONS / HTTP_MAX_KEEPALIVE are not usable pool limits
+llm_routing.E020      the routing cache is process-local (LocMem) and several worker
+                      processes serve (WEB_CONCURRENCY / GUNICORN_CMD_ARGS)
 llm_routing.W020-028  a private seam of Django/asgiref/DRF/httpcore moved: its
                       fallback is in use (llm_routing.seams)
 ====================  ==========================================================
@@ -28,6 +30,7 @@ database connection for them.
 from __future__ import annotations
 
 import inspect
+import itertools
 import logging
 import os
 from collections.abc import Callable
@@ -48,7 +51,9 @@ __all__ = [
     "check_http_debug_logging",
     "check_private_seams",
     "check_settings",
+    "check_shared_cache",
     "requires_key",
+    "worker_processes",
 ]
 
 MESSAGES: dict[str, tuple[str, str]] = {
@@ -106,6 +111,14 @@ MESSAGES: dict[str, tuple[str, str]] = {
         "The HTTP connection-pool limits are invalid: {detail}.",
         "HTTP_MAX_CONNECTIONS and HTTP_MAX_KEEPALIVE are whole numbers of at least 1, and "
         "HTTP_MAX_KEEPALIVE is at most HTTP_MAX_CONNECTIONS (see docs/configuration.md).",
+    ),
+    "E020": (
+        "The routing cache {alias!r} is process-local ({backend}) and {workers} worker "
+        "processes serve ({source}): each keeps its own circuits, throttle counts and "
+        "budget counters.",
+        "Point LLM_ROUTING['REDIS_URL'] (or the cache {alias!r}) at Redis so the workers "
+        "share them: throttles and budgets are otherwise multiplied by the number of "
+        "workers, and a dead provider is retried by each (docs/production.md).",
     ),
     # W020-W028: one template; the seam names what moved and what runs instead.
     "SEAM": (
@@ -323,3 +336,44 @@ def check_private_seams(app_configs: Any = None, **kwargs: Any) -> list[checks.C
                 )
             )
     return messages
+
+
+def worker_processes() -> tuple[int, str]:
+    """How many worker processes serve this deployment, and where that was read: the
+    ``WEB_CONCURRENCY`` variable (gunicorn's and uvicorn's default worker count; the
+    shipped gunicorn.conf.py reads and exports it), else ``-w`` / ``--workers`` in
+    ``GUNICORN_CMD_ARGS``; 1 when neither says."""
+    value = os.environ.get("WEB_CONCURRENCY", "").strip()
+    if value.isdigit():
+        return int(value), "WEB_CONCURRENCY"
+    args = os.environ.get("GUNICORN_CMD_ARGS", "").replace("=", " ").split()
+    for flag, count in itertools.pairwise(args):
+        if flag in ("-w", "--workers") and count.isdigit():
+            return int(count), "GUNICORN_CMD_ARGS"
+    return 1, "a single process"
+
+
+@checks.register()
+def check_shared_cache(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """E020: the routing cache is LocMem (one per process) in a multi-worker deployment."""
+    from django.conf import settings
+
+    if routing_settings.REDIS_URL:
+        return []  # the app's state lives in that Redis
+    alias = routing_settings.CACHE_ALIAS
+    backend = str(settings.CACHES.get(alias, {}).get("BACKEND", ""))
+    if backend != "django.core.cache.backends.locmem.LocMemCache":
+        return []
+    workers, source = worker_processes()
+    if workers <= 1:
+        return []
+    return [
+        _message(
+            checks.Error,
+            "E020",
+            alias=alias,
+            backend="LocMemCache",
+            workers=workers,
+            source=f"{source}={workers}" if source != "a single process" else source,
+        )
+    ]
