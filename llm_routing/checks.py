@@ -120,13 +120,15 @@ MESSAGES: dict[str, tuple[str, str]] = {
         "share them: throttles and budgets are otherwise multiplied by the number of "
         "workers, and a dead provider is retried by each (docs/production.md).",
     ),
-    # W020-W028: one template; the seam names what moved and what runs instead.
-    "SEAM": (
-        "{relies_on} is not usable with the installed versions ({reason}).",
-        "llm_routing falls back: {fallback}. Correct, but slower; an upgrade of "
-        "django-llm-routing may restore it (docs/production.md, 'Private seams').",
-    ),
 }
+
+#: W020-W028 (one per seam of llm_routing.seams): one template; the seam names what
+#: moved and what runs instead.
+SEAM_MESSAGE = (
+    "{relies_on} is not usable with the installed versions ({reason}).",
+    "llm_routing falls back: {fallback}. Correct, but slower; an upgrade of "
+    "django-llm-routing may restore it (docs/production.md, 'Private seams').",
+)
 
 
 def _message(
@@ -326,7 +328,7 @@ def check_private_seams(app_configs: Any = None, **kwargs: Any) -> list[checks.C
     for seam in seams.seams():
         reason = seams.broken(seam.code)
         if reason is not None:
-            text, hint = MESSAGES["SEAM"]
+            text, hint = SEAM_MESSAGE
             params = {"relies_on": seam.relies_on, "reason": reason, "fallback": seam.fallback}
             messages.append(
                 checks.Warning(

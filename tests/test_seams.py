@@ -47,6 +47,13 @@ def test_every_seam_is_usable_with_the_pinned_versions() -> None:
     assert not [m for m in checks.run_checks() if (m.id or "").startswith("llm_routing.W02")]
 
 
+def test_every_seam_is_in_the_configuration_reference() -> None:
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "configuration.md").read_text()
+    assert [s.code for s in seams.seams() if f"`llm_routing.{s.code}`" not in text] == []
+
+
 def test_the_warning_names_the_seam_and_the_fallback(monkeypatch: pytest.MonkeyPatch) -> None:
     class Moved:  # asgiref's SyncToAsync as asgi.py would see it after a rename
         thread_sensitive_context = asgiref.sync.SyncToAsync.thread_sensitive_context
