@@ -25,6 +25,7 @@ __all__ = [
     "keepalive",
     "max_requests",
     "max_requests_jitter",
+    "post_worker_init",
     "reuse_port",
     "threads",
     "timeout",
@@ -79,3 +80,17 @@ def child_exit(server: object, worker: object) -> None:
         from prometheus_client import multiprocess
 
         multiprocess.mark_process_dead(worker.pid)  # type: ignore[attr-defined]
+
+
+# The app's system check llm_routing.E020 (a process-local routing cache under several
+# workers) reads the worker count from WEB_CONCURRENCY: say it to the workers too.
+os.environ["WEB_CONCURRENCY"] = str(workers)
+
+
+def post_worker_init(worker: object) -> None:
+    """Log the app's shared-cache check (``llm_routing.E020``) at each worker's start:
+    gunicorn runs no system check itself (docs/production.md)."""
+    from llm_routing.checks import check_shared_cache
+
+    for message in check_shared_cache():
+        worker.log.error("%s: %s %s", message.id, message.msg, message.hint)  # type: ignore[attr-defined]

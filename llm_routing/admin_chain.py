@@ -26,6 +26,12 @@ from .models import Chain, ChainEntry
 __all__ = ["ChainEntryForm", "ChainEntryFormSet", "next_free_position", "save_entries"]
 
 
+#: The unique constraints checked on the chain's final set of rows, not row by row.
+FINAL_STATE_CONSTRAINTS = frozenset(
+    {"llm_routing_chainentry_unique_position", "llm_routing_chainentry_unique_provider"}
+)
+
+
 class ChainEntryForm(forms.ModelForm):
     class Meta:
         model = ChainEntry
@@ -35,6 +41,22 @@ class ChainEntryForm(forms.ModelForm):
     def validate_unique(self) -> None:
         """Uniqueness is a property of the final set of rows, not of one row against the
         rows as stored (which the same edit may be moving): :meth:`ChainEntryFormSet.clean`."""
+
+    def validate_constraints(self) -> None:
+        """The model's constraints except the two unique ones :meth:`ChainEntryFormSet.clean`
+        checks on the final state. Django 6.0 made this a step of its own (``ModelForm.
+        validate_constraints``) that includes the inline foreign key, so it checks the
+        unique constraints of one row against the rows as stored, which the same edit
+        may be moving (a swap). Django 5.2 never calls it: there ``full_clean`` skips
+        them, the inline foreign key being excluded."""
+        exclude = {f.name for f in ChainEntry._meta.fields if f.name not in self.cleaned_data}
+        for constraint in ChainEntry._meta.constraints:
+            if constraint.name in FINAL_STATE_CONSTRAINTS:
+                continue
+            try:
+                constraint.validate(ChainEntry, self.instance, exclude=exclude)
+            except ValidationError as exc:
+                self.add_error(None, exc)
 
 
 def next_free_position(chain: Chain | None) -> int:

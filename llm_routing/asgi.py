@@ -17,6 +17,7 @@ other scope goes to the wrapped application unchanged::
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -27,9 +28,13 @@ from django.core import signals
 from django.core.exceptions import RequestAborted
 from django.core.handlers import base
 from django.core.handlers.asgi import ASGIHandler, get_script_prefix
+from django.core.handlers.base import BaseHandler
 from django.dispatch import Signal
 from django.http.response import HttpResponseBase
 from django.urls import set_script_prefix
+from django.utils import module_loading
+
+from . import seams
 
 from .lane import lane  # the lean lane for /v1/* (issue 23): llm_routing/lane.py
 
@@ -86,6 +91,86 @@ def with_lifespan(app: ASGIApp) -> ASGIApp:
     return application
 
 
+# --- the private seams this module uses, each with its guard (llm_routing.seams) ---------
+
+#: SHA-256 of the source of Django's ``ASGIHandler.handle`` that
+#: :meth:`InlineMiddlewareASGIHandler.handle` copies (Django 5.2.x). Django 6.0 rewrote
+#: ``handle`` around a TaskGroup: on Django 6 the handler serves with Django's own
+#: ``handle`` by design (the middleware still runs inline), and on a 5.2 release whose
+#: ``handle`` differs from the copy it does the same with warning W020.
+COPIED_HANDLE_DIGESTS = frozenset(
+    {"98faeb5bef800331e6a8002fbc96b30e4122a23438ae45a047190a531ea11323"}  # 5.2.x
+)
+_HANDLER_STEPS = ("read_body", "create_request", "run_get_response", "send_response")
+
+
+def _copied_for_this_django() -> bool:
+    """The copy is of Django 5.2's ``handle``: it is only ever used on 5.2."""
+    return django.VERSION[:2] == (5, 2)
+
+
+@seams.register(
+    "W020",
+    "Django's ASGIHandler.handle being the 5.2 one llm_routing.asgi copies",
+    "requests are served by Django's own ASGIHandler.handle (request_started and "
+    "request_finished through a thread each)",
+)
+def _probe_handle() -> str | None:
+    if not _copied_for_this_django():
+        return None  # Django 6: Django's own handle, by design (not a drift)
+    missing = [n for n in (*_HANDLER_STEPS, "listen_for_disconnect") if not hasattr(ASGIHandler, n)]
+    if missing:
+        return f"ASGIHandler has no {', '.join(missing)}"
+    if seams.source_digest(ASGIHandler.handle) not in COPIED_HANDLE_DIGESTS:
+        return f"Django {django.get_version()}'s ASGIHandler.handle differs from the copy"
+    return None
+
+
+@seams.register(
+    "W021",
+    "asgiref's SyncToAsync.thread_sensitive_context and context_to_thread_executor",
+    "every request's end (request_finished, response.close) goes through a thread",
+)
+def _probe_thread_context() -> str | None:
+    context = getattr(SyncToAsync, "thread_sensitive_context", None)
+    executors = getattr(SyncToAsync, "context_to_thread_executor", None)
+    if not callable(getattr(context, "get", None)):
+        return "SyncToAsync.thread_sensitive_context is not a context variable"
+    if not hasattr(executors, "__contains__"):
+        return "SyncToAsync.context_to_thread_executor is not a mapping"
+    return None
+
+
+@seams.register(
+    "W022",
+    "django.dispatch.Signal._live_receivers",
+    "request_started and request_finished are sent through a thread, as Django does",
+)
+def _probe_live_receivers() -> str | None:
+    probe = Signal()
+
+    def receiver(**kwargs: Any) -> None: ...
+
+    probe.connect(receiver, weak=False)
+    found = probe._live_receivers(None)
+    if not (isinstance(found, tuple) and len(found) == 2 and list(found[0]) == [receiver]):
+        return "Signal._live_receivers(sender) no longer answers (sync, async) receivers"
+    return None
+
+
+@seams.register(
+    "W023",
+    "django.core.handlers.base.import_string (swapped while the handler loads MIDDLEWARE)",
+    "the handler loads Django's stock middleware (a thread hop per hook)",
+)
+def _probe_import_string() -> str | None:
+    if getattr(base, "import_string", None) is not module_loading.import_string:
+        return "django.core.handlers.base no longer imports import_string"
+    if "import_string(" not in inspect.getsource(BaseHandler.load_middleware):
+        return "BaseHandler.load_middleware no longer calls import_string"
+    return None
+
+
 #: ``request_started`` / ``request_finished`` receivers that do no blocking I/O on the
 #: event loop: the database's close_old_connections and reset_queries (the loop's thread
 #: holds no connection: Django refuses the ORM there), closing the caches (per async
@@ -103,6 +188,8 @@ LOOP_SAFE_RECEIVERS = frozenset(
 
 def _loop_safe(signal: Signal, sender: Any) -> bool:
     """Every live receiver of ``signal`` is in :data:`LOOP_SAFE_RECEIVERS`."""
+    if not seams.available("W022"):
+        return False
     try:
         sync_receivers, async_receivers = signal._live_receivers(sender)
     except Exception:  # a Django whose private API moved: Django's own (threaded) way
@@ -118,6 +205,8 @@ def _request_thread_used() -> bool:
     ``ThreadSensitiveContext``: a sync view, a middleware hook, a session save): its
     database connections live in that thread and are closed there, so the end of the
     request goes there too."""
+    if not seams.available("W021"):
+        return True  # cannot tell: Django's own way (a thread)
     context = SyncToAsync.thread_sensitive_context.get(None)
     return context is None or context in SyncToAsync.context_to_thread_executor
 
@@ -133,11 +222,18 @@ class InlineMiddlewareASGIHandler(ASGIHandler):
       no per-request thread; Django starts a thread per request for them otherwise
       (measured: docs/benchmarks.md). Any other receiver, or a request that ran sync
       code in its thread (a sync view, the admin), gets Django's own handling.
+
+    Each change stays behind its guard (:mod:`llm_routing.seams`, W020-W023): a Django
+    or asgiref whose internals moved gets Django's own behaviour at that step, and a
+    system-check warning.
     """
 
     def load_middleware(self, is_async: bool = False) -> None:
-        from .inline_middleware import INLINE
+        from .inline_middleware import INLINE, inline_usable
 
+        if not (seams.available("W023") and inline_usable()):
+            super().load_middleware(is_async=is_async)  # Django's stock middleware
+            return
         stock = getattr(base, "import_string")  # noqa: B009
 
         def import_inline(path: str) -> Any:
@@ -159,6 +255,9 @@ class InlineMiddlewareASGIHandler(ASGIHandler):
         time (measured: docs/benchmarks.md)."""
         if _sniffio is not None:
             _sniffio.current_async_library_cvar.set("asyncio")
+        if not (_copied_for_this_django() and seams.available("W020")):
+            await super().handle(scope, receive, send)
+            return
         try:
             body_file = await self.read_body(receive)
         except RequestAborted:

@@ -5,9 +5,9 @@ everyone, per window (docs/budgets.md).
   rows that apply to the caller (their user, each of their groups, their API token, the
   global ones) and, in ONE atomic step, checks every one against its caps and counts
   the request in all of them — or in none, when any is exhausted (the first exhausted
-  one is the :class:`Refusal`). On Redis (Django's ``RedisCache``) the step is one Lua
-  script, so it holds across workers and hosts; on any other cache (LocMem in the
-  embedded setup) it is the cache's own operations under a process lock — the same
+  one is the :class:`Refusal`). On Redis (the app's own client, :mod:`llm_routing.cache`)
+  the step is one Lua script, so it holds across workers and hosts; on any other cache
+  (LocMem in the embedded setup) it is the cache's own operations under a process lock — the same
   semantics within one process, per process across several.
 * **After the answer** the routed request's tokens and cost (every attempt's, from
   ``request_routed``; the cost from :mod:`llm_routing.pricing`) are added to the same
@@ -45,13 +45,19 @@ from decimal import Decimal
 from typing import Any
 
 from asgiref.sync import sync_to_async
-from django.core.cache import caches
-from django.core.cache.backends.base import BaseCache
 from django.core.cache.backends.locmem import LocMemCache
 from django.db.models.signals import post_delete, post_save
 from django.dispatch import Signal
 
-from .cache import async_redis, routing_cache, run_script
+from .cache import CACHE_RETRY_S as _CACHE_RETRY_S
+from .cache import (
+    CacheBackoff,
+    SharedStore,
+    async_redis,
+    raw_redis,
+    routing_cache,
+    run_script,
+)
 from .conf import routing_settings
 from .models import Budget
 from .signals import send
@@ -81,8 +87,9 @@ logger = logging.getLogger("llm_routing.budgets")
 #: a budget's use crossed its soft threshold (once per budget and window).
 budget_threshold_reached = Signal()
 
-#: After a cache failure, budgets leave the cache alone for this long (their policy).
-CACHE_RETRY_S = 5.0
+#: After a cache failure, budgets leave the cache alone for this long (the app's one
+#: cache-down back-off: :class:`llm_routing.cache.CacheBackoff`).
+CACHE_RETRY_S = _CACHE_RETRY_S
 #: While the cache keeps failing, at most one warning per this many seconds.
 FAIL_OPEN_LOG_INTERVAL_S = 60.0
 #: Counter keys outlive their window by this much (late settlements still land).
@@ -415,17 +422,15 @@ LEASE_GRACE_S = 30.0
 _lock = threading.Lock()
 
 
-def _cache() -> BaseCache:
-    return caches[routing_settings.CACHE_ALIAS]
+def _cache() -> SharedStore:
+    """The routing store (:func:`llm_routing.cache.routing_cache`): the app's own Redis
+    client, the process's LocMem cache, or Django's cache for another backend."""
+    return routing_cache()
 
 
-def _redis(cache: BaseCache) -> Any | None:
-    """The redis-py client behind Django's RedisCache, or None for other caches."""
-    from django.core.cache.backends.redis import RedisCache
-
-    if isinstance(cache, RedisCache):
-        return cache._cache.get_client(write=True)
-    return None
+def _redis(cache: SharedStore) -> Any | None:
+    """The shared redis-py client of the routing store, or None when it is not Redis."""
+    return raw_redis(cache)
 
 
 def _start(budget: Budget, now: float) -> int:
@@ -457,7 +462,7 @@ def _lease_s() -> float:
 
 
 def _check_call(
-    cache: BaseCache, budgets: Sequence[Budget], starts: Sequence[int], now: float, member: str
+    cache: SharedStore, budgets: Sequence[Budget], starts: Sequence[int], now: float, member: str
 ) -> tuple[list[str], list[int | str]]:
     """The keys and arguments of :data:`_CHECK_LUA` (the cache's key prefix applied)."""
     keys: list[str] = []
@@ -475,7 +480,7 @@ def _check_call(
 
 
 def _count(
-    cache: BaseCache, budgets: Sequence[Budget], starts: Sequence[int], now: float, member: str
+    cache: SharedStore, budgets: Sequence[Budget], starts: Sequence[int], now: float, member: str
 ) -> tuple[int, list[int]]:
     """Check and count one request in every budget: (0, new request counts), or the
     1-based index of the first exhausted budget (negative: its room is held by the
@@ -519,7 +524,7 @@ def _count(
 
 
 def _settle_call(
-    cache: BaseCache, grant: Grant, tokens: int, nano: int, now: float
+    cache: SharedStore, grant: Grant, tokens: int, nano: int, now: float
 ) -> tuple[list[str], list[int | str]]:
     """The keys and arguments of :data:`_SETTLE_LUA` (the cache's key prefix applied)."""
     keys: list[str] = []
@@ -531,7 +536,7 @@ def _settle_call(
     return [cache.make_key(k) for k in keys], args
 
 
-def _settle(cache: BaseCache, grant: Grant, tokens: int, nano: int, now: float) -> list[int]:
+def _settle(cache: SharedStore, grant: Grant, tokens: int, nano: int, now: float) -> list[int]:
     """Add the usage to the grant's budgets and release its places in flight, one round
     trip on Redis; the new (tokens, cost) counters, per budget."""
     client = _redis(cache)
@@ -554,7 +559,7 @@ def _settle(cache: BaseCache, grant: Grant, tokens: int, nano: int, now: float) 
     return out
 
 
-def _release_locally(cache: BaseCache, budget: Budget, start: int, member: str, ttl: int) -> None:
+def _release_locally(cache: SharedStore, budget: Budget, start: int, member: str, ttl: int) -> None:
     key = _key(budget, start, "inflight")
     held = dict(cache.get(key) or {})
     if held.pop(member, None) is not None:
@@ -564,7 +569,7 @@ def _release_locally(cache: BaseCache, budget: Budget, start: int, member: str, 
             cache.delete(key)
 
 
-def _release(cache: BaseCache, grant: Grant) -> None:
+def _release(cache: SharedStore, grant: Grant) -> None:
     """Take an unsettled request out of the in-flight sets (one round trip on Redis)."""
     held = [(b, s) for b, s in zip(grant.budgets, grant.starts, strict=True) if _reserves(b)]
     if not held:
@@ -584,20 +589,17 @@ def _release(cache: BaseCache, grant: Grant) -> None:
 
 # --- cache failures -----------------------------------------------------------------------
 
-_fail_lock = threading.Lock()
-_retry_at = 0.0
-_next_log_at = 0.0
+#: The budgets' cache-down back-off (one warning per FAIL_OPEN_LOG_INTERVAL_S).
+backoff = CacheBackoff(
+    CACHE_RETRY_S, clock=lambda: time.monotonic(), log_interval_s=FAIL_OPEN_LOG_INTERVAL_S
+)
 
 
 def _cache_failed(exc: Exception | None) -> None:
-    global _retry_at, _next_log_at
-    now = time.monotonic()
-    with _fail_lock:
-        if exc is not None:
-            _retry_at = now + CACHE_RETRY_S
-        if now < _next_log_at:
-            return
-        _next_log_at = now + FAIL_OPEN_LOG_INTERVAL_S
+    if exc is not None:
+        backoff.failed()
+    if not backoff.should_log():
+        return
     logger.warning(
         "Budget cache unavailable (%s); budgets with on_cache_down=open let requests "
         "through, closed ones refuse them (503) until it answers again.",
@@ -608,9 +610,7 @@ def _cache_failed(exc: Exception | None) -> None:
 def reset_cache_state() -> None:
     """Forget a past cache failure and the cached budget rows (tests: the next call
     tries the cache again and reads the rows)."""
-    global _retry_at, _next_log_at
-    with _fail_lock:
-        _retry_at = _next_log_at = 0.0
+    backoff.reset()
     _rows_changed()
 
 
@@ -708,7 +708,7 @@ def _begin(principal: Principal | None, token_key: str | None) -> _Counting | Re
     if not budgets:
         return None
     now = clock()
-    if time.monotonic() < _retry_at:
+    if not backoff.open():
         _cache_failed(None)
         return _cache_down_refusal(budgets)
     return _Counting(

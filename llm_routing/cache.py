@@ -1,100 +1,309 @@
-"""One cache object, one Redis client, per process for the routing cache.
+"""The routing cache: one store per process for the keys this app owns (circuits,
+throttle and budget counters, the configuration version key).
 
 Django's ``caches[alias]`` is one cache object per thread (per async context), and its
-Redis backend builds a new ``redis.Redis`` client on every call
-(``RedisCacheClient.get_client``): a worker with 128 threads holds 128 connection pools,
-and every call pays for a client object (measured: docs/production.md, "Caches and
-their staleness"). The hot path (circuits, throttles, the config version key) goes
-through :func:`routing_cache` instead:
+Redis backend builds a new ``redis.Redis`` client on every call (measured:
+docs/production.md, "Caches and their staleness"). The hot path goes through
+:func:`routing_cache` instead:
 
-* one cache object per process for ``LLM_ROUTING["CACHE_ALIAS"]`` when its backend is
-  thread-safe (Redis, LocMem); any other backend is used through ``caches[alias]``;
-* for Django's Redis backend, :class:`RedisCache`: the same backend, but one
-  ``redis.Redis`` client per connection pool, reused by every call and thread
-  (redis-py's clients and pools are thread-safe). A project may name
-  ``llm_routing.cache.RedisCache`` in ``CACHES`` to get this everywhere.
+* **Redis** — ``LLM_ROUTING["REDIS_URL"]`` when set, else the cache
+  ``LLM_ROUTING["CACHE_ALIAS"]`` when its backend is Django's ``RedisCache``:
+  :class:`RedisStore`, the app's own clients built from public settings only (the URL,
+  or the cache's first ``LOCATION`` and its ``OPTIONS``, which are redis-py connection-pool
+  arguments as for Django). One ``redis.Redis`` per process (redis-py's clients and
+  pools are thread-safe) and one ``redis.asyncio`` client per event loop
+  (:class:`AsyncRedis`). Values are written with the app's own serializer,
+  :data:`SERIALIZER` (JSON: an integer is its decimal digits, so the counters the Lua
+  scripts ``INCR`` read back as integers; no pickle, so a value read from Redis never
+  runs code). Keys are the cache alias's own (``make_key``: ``KEY_PREFIX``, ``VERSION``,
+  ``KEY_FUNCTION``), so a budget's counters written by an earlier release are read on.
+* **LocMem** — one Django cache object per process (process memory; see the system
+  check ``llm_routing.E020`` for multi-worker deployments).
+* **Any other backend** — ``caches[alias]``, Django's per-thread object.
 
-:func:`raw_redis` gives the throttles the shared client for a one-round-trip pipeline.
+:func:`raw_redis` gives the throttles and budgets the shared sync client for a script
+or pipeline, :func:`async_redis` the event loop's. :class:`CacheBackoff` is the one
+"the cache failed: leave it alone for a few seconds" policy the breaker, the throttles,
+the budgets and the snapshot share.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
+import re
 import threading
+import time
 import weakref
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Callable, Iterable
+from typing import Any, Protocol
+from urllib.parse import urlsplit
 
 from django.conf import settings
-from django.core.cache import BaseCache, caches
+from django.core.cache import caches
 from django.core.cache.backends.locmem import LocMemCache
 from django.core.cache.backends.redis import RedisCache as DjangoRedisCache
-from django.core.cache.backends.redis import RedisCacheClient
+from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 from django.dispatch import receiver
+from django.utils.module_loading import import_string
 
 from .conf import routing_settings
 
 __all__ = [
+    "CACHE_RETRY_S",
+    "SERIALIZER",
     "AsyncRedis",
+    "CacheBackoff",
+    "JsonSerializer",
     "RedisCache",
+    "RedisStore",
+    "SharedStore",
     "async_redis",
     "raw_redis",
+    "redis_url_problem",
     "routing_cache",
     "run_script",
     "scripts_loaded",
 ]
 
 _DJANGO_REDIS = "django.core.cache.backends.redis.RedisCache"
+_REDIS_SCHEMES = ("redis", "rediss", "unix")
+
+#: After a cache failure, the app leaves the cache alone for this long (seconds).
+CACHE_RETRY_S = 5.0
 
 
-class _SharedClientRedisCacheClient(RedisCacheClient):
-    """Django's Redis client wrapper, with one ``redis.Redis`` per pool."""
+class CacheBackoff:
+    """After a failure, skip the cache for ``retry_s``; say so once per outage.
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    The one cache-down policy of the breaker, the throttles, the budgets and the
+    snapshot (each keeps its own instance: what it does while the cache is down differs,
+    and its own warning says so). ``clock`` is a monotonic clock (a fake one in tests).
+    :meth:`failed` returns True for the first failure of an outage (log it),
+    :meth:`answered` True for the first success after one (log the recovery)."""
+
+    def __init__(
+        self,
+        retry_s: float = CACHE_RETRY_S,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        log_interval_s: float | None = None,
+    ) -> None:
+        self.retry_s = retry_s
+        self.clock = clock
+        #: While the cache keeps failing, :meth:`should_log` answers True at most once
+        #: per this many seconds (None: once per outage).
+        self.log_interval_s = log_interval_s
         self._lock = threading.Lock()
-        self._clients: dict[int, Any] = {}
+        self.retry_at = 0.0
+        self.down = False
+        self._next_log_at = 0.0
 
-    def get_client(self, key: Any = None, *, write: bool = False) -> Any:
-        index = self._get_connection_pool_index(write)  # type: ignore[attr-defined]
-        client = self._clients.get(index)
-        if client is None:
-            with self._lock:
-                client = self._clients.get(index)
-                if client is None:
-                    pool = self._get_connection_pool(write)  # type: ignore[attr-defined]
-                    client = self._client(connection_pool=pool)  # type: ignore[attr-defined]
-                    self._clients[index] = client
-        return client
+    def open(self) -> bool:
+        """Whether the cache may be tried now (no failure within ``retry_s``)."""
+        return self.clock() >= self.retry_at
+
+    def failed(self) -> bool:
+        """Record a failure; True when it starts an outage."""
+        with self._lock:
+            self.retry_at = self.clock() + self.retry_s
+            first = not self.down
+            self.down = True
+        return first
+
+    def answered(self) -> bool:
+        """Record a success; True when it ends an outage."""
+        if not self.down:
+            return False
+        with self._lock:
+            was_down, self.down = self.down, False
+        return was_down
+
+    def should_log(self) -> bool:
+        """Whether a warning about the outage is due (see ``log_interval_s``)."""
+        if self.log_interval_s is None:
+            return True
+        now = self.clock()
+        with self._lock:
+            if now < self._next_log_at:
+                return False
+            self._next_log_at = now + self.log_interval_s
+        return True
+
+    def reset(self) -> None:
+        """Forget any failure (tests; an operator who knows the cache is back)."""
+        with self._lock:
+            self.retry_at = self._next_log_at = 0.0
+            self.down = False
+
+
+class JsonSerializer:
+    """The serializer of the keys this app owns: JSON, compact. An integer is its
+    decimal digits (what Redis ``INCR`` reads and writes), so script counters and
+    values share one format. A value that is not JSON (written by an older release
+    with Django's pickle serializer) reads as absent."""
+
+    def dumps(self, value: Any) -> bytes:
+        return json.dumps(value, separators=(",", ":")).encode("utf-8")
+
+    def loads(self, raw: bytes | str | None) -> Any:
+        if raw is None:
+            return None
+        try:
+            return json.loads(raw)
+        except (ValueError, UnicodeDecodeError):
+            return None
+
+
+SERIALIZER = JsonSerializer()
+
+
+def redis_url_problem(url: object) -> str | None:
+    """Why ``url`` is not a usable Redis URL (None: it is). Never echoes the URL (it may
+    hold a password)."""
+    if not isinstance(url, str) or not url:
+        return "REDIS_URL must be a non-empty string"
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "REDIS_URL is not a URL"
+    if parts.scheme not in _REDIS_SCHEMES:
+        return "REDIS_URL must start with redis://, rediss:// or unix://"
+    if parts.scheme != "unix" and not parts.hostname:
+        return "REDIS_URL names no host"
+    return None
+
+
+def _ttl(timeout: float | None) -> int | None:
+    """Seconds to keep a value (Django's Redis backend's rule): None forever, else
+    whole seconds, 0 or less meaning "expired at once"."""
+    return None if timeout is None else max(0, int(timeout))
+
+
+class SharedStore(Protocol):
+    """What :func:`routing_cache` returns: Django's cache methods the app uses
+    (a :class:`RedisStore`, or a Django cache object)."""
+
+    def get(self, key: str, default: Any = None) -> Any: ...
+    def get_many(self, keys: Iterable[str]) -> dict[str, Any]: ...
+    def set(self, key: str, value: Any, timeout: Any = ...) -> None: ...
+    def add(self, key: str, value: Any, timeout: Any = ...) -> bool: ...
+    def delete(self, key: str) -> bool: ...
+    def make_key(self, key: str) -> str: ...
+
+
+class RedisStore:
+    """The app's own Redis client for its keys (see the module doc): Django's cache
+    methods the app uses (``get``, ``get_many``, ``set``, ``add``, ``delete``,
+    ``make_key``), the shared ``client`` for scripts and pipelines, and ``aio``, the
+    event loop's :class:`AsyncRedis` on the same server."""
+
+    def __init__(
+        self,
+        url: str,
+        options: dict[str, Any],
+        make_key: Callable[[str], str],
+        serializer: JsonSerializer = SERIALIZER,
+    ) -> None:
+        import redis  # only with a Redis cache (redis-py is optional)
+
+        options = dict(options)
+        options.pop("serializer", None)  # the cache's serializer; the app uses its own
+        pool_class = options.pop("pool_class", None) or redis.ConnectionPool
+        if isinstance(pool_class, str):
+            pool_class = import_string(pool_class)
+        parser_class = options.pop("parser_class", None)
+        if isinstance(parser_class, str):
+            options["parser_class"] = import_string(parser_class)
+        elif parser_class is not None:
+            options["parser_class"] = parser_class
+        self.url = url
+        self.options = options
+        self.make_key = make_key
+        self.serializer = serializer
+        self.client = redis.Redis(connection_pool=pool_class.from_url(url, **options))
+        self.aio = AsyncRedis(self)
+
+    def __repr__(self) -> str:  # never the URL: it may hold a password
+        return "<RedisStore>"
+
+    def get(self, key: str, default: Any = None) -> Any:
+        raw = self.client.get(self.make_key(key))
+        value = self.serializer.loads(raw)
+        return default if value is None else value
+
+    def get_many(self, keys: Iterable[str]) -> dict[str, Any]:
+        keys = list(keys)
+        if not keys:
+            return {}
+        raws = self.client.mget([self.make_key(k) for k in keys])
+        loaded = {k: self.serializer.loads(v) for k, v in zip(keys, raws, strict=True)}
+        return {k: v for k, v in loaded.items() if v is not None}
+
+    def set(self, key: str, value: Any, timeout: float | None = None) -> None:
+        ttl = _ttl(timeout)
+        if ttl == 0:
+            self.client.delete(self.make_key(key))
+            return
+        self.client.set(self.make_key(key), self.serializer.dumps(value), ex=ttl)
+
+    def add(self, key: str, value: Any, timeout: float | None = None) -> bool:
+        ttl = _ttl(timeout)
+        name = self.make_key(key)
+        if ttl == 0:  # as Django's: added and gone at once
+            if added := bool(self.client.set(name, self.serializer.dumps(value), nx=True)):
+                self.client.delete(name)
+            return added
+        return bool(self.client.set(name, self.serializer.dumps(value), ex=ttl, nx=True))
+
+    def delete(self, key: str) -> bool:
+        return bool(self.client.delete(self.make_key(key)))
 
 
 class RedisCache(DjangoRedisCache):
-    """Django's ``RedisCache`` reusing one ``redis.Redis`` client per connection pool
-    instead of building one per call. Same settings, same keys, same behaviour."""
-
-    def __init__(self, server: str | list[str], params: dict[str, Any]) -> None:
-        super().__init__(server, params)
-        self._class = _SharedClientRedisCacheClient
+    """Django's ``RedisCache``, unchanged. Kept so settings that name
+    ``llm_routing.cache.RedisCache`` keep working; the app's own keys no longer go
+    through any cache backend's client (:class:`RedisStore`)."""
 
 
 _lock = threading.Lock()
-_shared: dict[str, BaseCache] = {}
+_shared: dict[str, Any] = {}
 _per_thread: set[str] = set()  # aliases whose backend is used through caches[alias]
 
 
-def _create(alias: str) -> BaseCache:
-    params = dict(settings.CACHES[alias])
-    backend = params.pop("BACKEND")
-    location = params.pop("LOCATION", "")
-    if backend == _DJANGO_REDIS:
-        return RedisCache(location, params)
+def _redis_source(alias: str) -> tuple[str, dict[str, Any]] | None:
+    """(URL, pool options) of the Redis this app's keys live in, from public settings:
+    ``LLM_ROUTING["REDIS_URL"]``, else the alias's ``LOCATION`` (its first server: the
+    one Django writes to) and ``OPTIONS`` when its backend is Django's Redis."""
+    url = routing_settings.REDIS_URL
+    params = settings.CACHES.get(alias, {})
+    options = dict(params.get("OPTIONS") or {})
+    if url:
+        problem = redis_url_problem(url)
+        if problem:
+            raise ImproperlyConfigured(f"LLM_ROUTING: {problem}.")
+        is_redis = params.get("BACKEND") == _DJANGO_REDIS
+        return url, options if is_redis else {}
+    if params.get("BACKEND") != _DJANGO_REDIS:
+        return None
+    location = params.get("LOCATION", "")
+    servers = location if isinstance(location, list | tuple) else re.split("[;,]", location)
+    return str(servers[0]).strip(), options
+
+
+def _create(alias: str) -> Any:
+    source = _redis_source(alias)
+    if source is not None:
+        url, options = source
+        return RedisStore(url, options, caches.create_connection(alias).make_key)
     return caches.create_connection(alias)
 
 
-def routing_cache(alias: str | None = None) -> BaseCache:
-    """The process-wide cache object for ``alias`` (default: ``LLM_ROUTING
-    ["CACHE_ALIAS"]``); ``caches[alias]`` when its backend may not be shared by threads."""
+def routing_cache(alias: str | None = None) -> Any:
+    """The process-wide store for ``alias`` (default: ``LLM_ROUTING["CACHE_ALIAS"]``):
+    a :class:`RedisStore`, a process-wide LocMem cache, or ``caches[alias]`` for any
+    other backend (see the module doc)."""
     alias = alias or routing_settings.CACHE_ALIAS
     cache = _shared.get(alias)
     if cache is not None:
@@ -105,19 +314,16 @@ def routing_cache(alias: str | None = None) -> BaseCache:
         cache = _shared.get(alias)
         if cache is None:
             cache = _create(alias)
-            if not isinstance(cache, DjangoRedisCache | LocMemCache):
+            if not isinstance(cache, RedisStore | LocMemCache):
                 _per_thread.add(alias)  # not known to be thread-safe: Django's per thread
                 return caches[alias]
             _shared[alias] = cache
     return cache
 
 
-def raw_redis(cache: BaseCache) -> Any | None:
-    """The shared ``redis.Redis`` client behind ``cache``, or None when it is not
-    Django's Redis backend."""
-    if not isinstance(cache, DjangoRedisCache):
-        return None
-    return cache._cache.get_client(None, write=True)
+def raw_redis(cache: Any) -> Any | None:
+    """The shared ``redis.Redis`` client of ``cache``, or None when it is not Redis."""
+    return cache.client if isinstance(cache, RedisStore) else None
 
 
 #: Registered Lua scripts by (``"sync"`` | ``"async"``, source). A Script object holds
@@ -150,7 +356,6 @@ def _reset(*, setting: str, **kwargs: Any) -> None:
         with _lock:
             _shared.clear()
             _per_thread.clear()
-            _async.clear()
 
 
 #: Connections of each event loop's redis.asyncio pool (the cache's OPTIONS
@@ -165,21 +370,19 @@ _ASYNC_POOL_OPTIONS = frozenset(
 
 
 class AsyncRedis:
-    """The routing cache's Redis for code on the event loop: a ``redis.asyncio`` client
-    per event loop (an asyncio connection belongs to its loop), with the cache's own
-    keys (prefix, version) and serializer, so values are shared with the sync path.
-    Django's async cache methods would instead queue every call on one thread
+    """The routing store's Redis for code on the event loop: a ``redis.asyncio`` client
+    per event loop (an asyncio connection belongs to its loop), with the store's keys
+    and serializer, so values are shared with the sync path. Django's async cache
+    methods would instead queue every call on one thread
     (``sync_to_async(thread_sensitive=True)``)."""
 
-    def __init__(self, cache: DjangoRedisCache) -> None:
-        self._cache = cache
-        client = cache._cache  # the backend's RedisCacheClient (one per cache object)
-        self._url: str = client._servers[0]  # type: ignore[attr-defined]
-        self._serializer = client._serializer  # type: ignore[attr-defined]
-        # The cache's socket options (timeouts), as the sync client gets them.
-        options = client._pool_options  # type: ignore[attr-defined]
+    def __init__(self, store: RedisStore) -> None:
+        self._store = store
+        self._url = store.url
+        self._serializer = store.serializer
+        # The store's socket options (timeouts), as the sync client gets them.
         self._options: dict[str, Any] = {
-            k: v for k, v in options.items() if k in _ASYNC_POOL_OPTIONS and v is not None
+            k: v for k, v in store.options.items() if k in _ASYNC_POOL_OPTIONS and v is not None
         }
         self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = (
             weakref.WeakKeyDictionary()
@@ -220,30 +423,29 @@ class AsyncRedis:
         return await _script("async", client, source)(keys=keys, args=args, client=client)
 
     def _key(self, key: str) -> str:
-        return self._cache.make_key(key)  # our own keys: no per-character validation
+        return self._store.make_key(key)
 
     async def get(self, key: str, default: Any = None) -> Any:
-        raw = await self._client().get(self._key(key))
-        return default if raw is None else self._serializer.loads(raw)
+        value = self._serializer.loads(await self._client().get(self._key(key)))
+        return default if value is None else value
 
     async def get_many(self, keys: Iterable[str]) -> dict[str, Any]:
         keys = list(keys)
         if not keys:
             return {}
         raws = await self._client().mget([self._key(k) for k in keys])
-        return {
-            k: self._serializer.loads(v) for k, v in zip(keys, raws, strict=True) if v is not None
-        }
+        loaded = {k: self._serializer.loads(v) for k, v in zip(keys, raws, strict=True)}
+        return {k: v for k, v in loaded.items() if v is not None}
 
     async def set(self, key: str, value: Any, timeout: float | None) -> None:
-        ttl = self._cache.get_backend_timeout(timeout)
+        ttl = _ttl(timeout)
         if ttl == 0:
             await self._client().delete(self._key(key))
             return
         await self._client().set(self._key(key), self._serializer.dumps(value), ex=ttl)
 
     async def add(self, key: str, value: Any, timeout: float | None) -> bool:
-        ttl = self._cache.get_backend_timeout(timeout)
+        ttl = _ttl(timeout)
         client = self._client()
         if ttl == 0:  # as Django's: added and gone at once
             if added := bool(
@@ -259,18 +461,6 @@ class AsyncRedis:
         return bool(await self._client().delete(self._key(key)))
 
 
-_async: dict[int, AsyncRedis] = {}
-
-
-def async_redis(cache: BaseCache) -> AsyncRedis | None:
-    """The :class:`AsyncRedis` of ``cache`` (one per cache object), or None when it is
-    not Django's Redis backend."""
-    if not isinstance(cache, DjangoRedisCache):
-        return None
-    found = _async.get(id(cache))
-    if found is None or found._cache is not cache:
-        with _lock:
-            found = _async.get(id(cache))
-            if found is None or found._cache is not cache:
-                found = _async[id(cache)] = AsyncRedis(cache)
-    return found
+def async_redis(cache: Any) -> AsyncRedis | None:
+    """The :class:`AsyncRedis` of ``cache``, or None when it is not Redis."""
+    return cache.aio if isinstance(cache, RedisStore) else None

@@ -14,6 +14,10 @@ llm_routing.W003      write-behind recording without SPOOL_DIR (refused batches 
 llm_routing.I001      no default chain in the database and no DEFAULT_CHAIN setting
 llm_routing.W010      httpx / httpcore debug logging is on (it logs request headers)
 llm_routing.E010      HTTP_MAX_CONNECTIONS / HTTP_MAX_KEEPALIVE are not usable pool limits
+llm_routing.E020      the routing cache is process-local (LocMem) and several worker
+                      processes serve (WEB_CONCURRENCY / GUNICORN_CMD_ARGS)
+llm_routing.W020-028  a private seam of Django/asgiref/DRF/httpcore moved: its
+                      fallback is in use (llm_routing.seams)
 ====================  ==========================================================
 
 E003, E004, W001, W002 and I001 read the configuration rows. They are registered with
@@ -26,6 +30,7 @@ database connection for them.
 from __future__ import annotations
 
 import inspect
+import itertools
 import logging
 import os
 from collections.abc import Callable
@@ -44,8 +49,11 @@ __all__ = [
     "MESSAGES",
     "check_configuration_rows",
     "check_http_debug_logging",
+    "check_private_seams",
     "check_settings",
+    "check_shared_cache",
     "requires_key",
+    "worker_processes",
 ]
 
 MESSAGES: dict[str, tuple[str, str]] = {
@@ -104,7 +112,23 @@ MESSAGES: dict[str, tuple[str, str]] = {
         "HTTP_MAX_CONNECTIONS and HTTP_MAX_KEEPALIVE are whole numbers of at least 1, and "
         "HTTP_MAX_KEEPALIVE is at most HTTP_MAX_CONNECTIONS (see docs/configuration.md).",
     ),
+    "E020": (
+        "The routing cache {alias!r} is process-local ({backend}) and {workers} worker "
+        "processes serve ({source}): each keeps its own circuits, throttle counts and "
+        "budget counters.",
+        "Point LLM_ROUTING['REDIS_URL'] (or the cache {alias!r}) at Redis so the workers "
+        "share them: throttles and budgets are otherwise multiplied by the number of "
+        "workers, and a dead provider is retried by each (docs/production.md).",
+    ),
 }
+
+#: W020-W028 (one per seam of llm_routing.seams): one template; the seam names what
+#: moved and what runs instead.
+SEAM_MESSAGE = (
+    "{relies_on} is not usable with the installed versions ({reason}).",
+    "llm_routing falls back: {fallback}. Correct, but slower; an upgrade of "
+    "django-llm-routing may restore it (docs/production.md, 'Private seams').",
+)
 
 
 def _message(
@@ -133,6 +157,12 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
     spool_dir = user.get("SPOOL_DIR")
     if spool_dir is not None and not isinstance(spool_dir, str | os.PathLike):
         errors.append(_message(checks.Error, "E002", detail="SPOOL_DIR must be a path or None"))
+    if user.get("REDIS_URL") is not None:
+        from .cache import redis_url_problem
+
+        problem = redis_url_problem(user["REDIS_URL"])
+        if problem:
+            errors.append(_message(checks.Error, "E002", detail=problem))
     mode = user.get("RECORD_MODE", "inline")
     if mode not in ("inline", "write_behind"):
         errors.append(_message(checks.Error, "E005", value=mode))
@@ -287,3 +317,65 @@ def check_http_debug_logging(app_configs: Any = None, **kwargs: Any) -> list[che
     if noisy:
         return [_message(checks.Warning, "W010", loggers=", ".join(noisy))]
     return []
+
+
+@checks.register()
+def check_private_seams(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """W020-W028: a private seam whose guard found it moved (:mod:`llm_routing.seams`)."""
+    from . import seams
+
+    messages: list[checks.CheckMessage] = []
+    for seam in seams.seams():
+        reason = seams.broken(seam.code)
+        if reason is not None:
+            text, hint = SEAM_MESSAGE
+            params = {"relies_on": seam.relies_on, "reason": reason, "fallback": seam.fallback}
+            messages.append(
+                checks.Warning(
+                    text.format(**params),
+                    hint=hint.format(**params),
+                    id=f"llm_routing.{seam.code}",
+                )
+            )
+    return messages
+
+
+def worker_processes() -> tuple[int, str]:
+    """How many worker processes serve this deployment, and where that was read: the
+    ``WEB_CONCURRENCY`` variable (gunicorn's and uvicorn's default worker count; the
+    shipped gunicorn.conf.py reads and exports it), else ``-w`` / ``--workers`` in
+    ``GUNICORN_CMD_ARGS``; 1 when neither says."""
+    value = os.environ.get("WEB_CONCURRENCY", "").strip()
+    if value.isdigit():
+        return int(value), "WEB_CONCURRENCY"
+    args = os.environ.get("GUNICORN_CMD_ARGS", "").replace("=", " ").split()
+    for flag, count in itertools.pairwise(args):
+        if flag in ("-w", "--workers") and count.isdigit():
+            return int(count), "GUNICORN_CMD_ARGS"
+    return 1, "a single process"
+
+
+@checks.register()
+def check_shared_cache(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """E020: the routing cache is LocMem (one per process) in a multi-worker deployment."""
+    from django.conf import settings
+
+    if routing_settings.REDIS_URL:
+        return []  # the app's state lives in that Redis
+    alias = routing_settings.CACHE_ALIAS
+    backend = str(settings.CACHES.get(alias, {}).get("BACKEND", ""))
+    if backend != "django.core.cache.backends.locmem.LocMemCache":
+        return []
+    workers, source = worker_processes()
+    if workers <= 1:
+        return []
+    return [
+        _message(
+            checks.Error,
+            "E020",
+            alias=alias,
+            backend="LocMemCache",
+            workers=workers,
+            source=f"{source}={workers}" if source != "a single process" else source,
+        )
+    ]

@@ -84,6 +84,10 @@ DEFAULTS: dict[str, Any] = {
     "HTTP_MAX_KEEPALIVE": 100,
     # Django cache alias holding circuit state (shared when it is Redis).
     "CACHE_ALIAS": "default",
+    # The Redis of the app's shared state (circuits, throttles, budgets, the config
+    # version key): "redis://", "rediss://" or "unix://" URL. None: the CACHE_ALIAS
+    # cache's LOCATION and OPTIONS when its backend is Django's RedisCache.
+    "REDIS_URL": None,
     # --- circuit breaker (issue 4) — docs/circuit-breakers.md --------------------------
     # Consecutive transient failures (calls after retries) that open a circuit.
     "BREAKER_FAILURE_THRESHOLD": 3,

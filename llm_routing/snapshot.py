@@ -46,7 +46,8 @@ from django.db import connections, transaction
 from django.db import router as db_router
 from django.db.models.signals import m2m_changed, post_delete, post_save
 
-from .cache import routing_cache
+from .cache import CACHE_RETRY_S as _CACHE_RETRY_S
+from .cache import CacheBackoff, routing_cache
 from .models import Chain, ChainEntry, Provider, RoutingRule, rule_matches
 from .signals import config_changed
 from .types import Principal
@@ -73,7 +74,7 @@ CHECK_INTERVAL_S = 0.5
 #: With the cache failing, the snapshot is rebuilt at most this often.
 FALLBACK_TTL_S = 1.0
 #: After a cache failure, the version key is not read again for this long.
-CACHE_RETRY_S = 5.0
+CACHE_RETRY_S = _CACHE_RETRY_S
 #: Whatever the version key says, a snapshot is rebuilt after this long (a safety net
 #: for a missed bump: a change rolled back after its own process read it, a bump lost
 #: while the cache was restarting).
@@ -239,7 +240,8 @@ class _Holder:
         self.built_generation = -1  # the generation the snapshot was built at
         self.next_check_at = 0.0  # monotonic time the snapshot must be checked again
         self.built_at = 0.0
-        self.cache_retry_at = 0.0  # cache failed: do not read the key before this
+        # Cache failed: do not read the key for a while (on this holder's clock).
+        self.backoff = CacheBackoff(CACHE_RETRY_S, clock=lambda: self.clock())
 
     def fresh(self, now: float) -> ConfigSnapshot | None:
         """The snapshot when no I/O is due to trust it (no local change, checked
@@ -255,12 +257,12 @@ _holder = _Holder()
 
 def _read_version() -> tuple[bool, str | None]:
     """(the cache answered, the version key's value)."""
-    if _holder.clock() < _holder.cache_retry_at:
+    if not _holder.backoff.open():
         return False, None
     try:
         value = routing_cache().get(VERSION_KEY)
     except Exception:  # whatever the backend raises: fall back to the short TTL
-        _holder.cache_retry_at = _holder.clock() + CACHE_RETRY_S
+        _holder.backoff.failed()
         return False, None
     return True, None if value is None else str(value)
 
@@ -326,14 +328,14 @@ def clear() -> None:
     with _holder.lock:
         _holder.snapshot = None
         _holder.generation += 1
-        _holder.cache_retry_at = 0.0
+        _holder.backoff.reset()
 
 
 def _bump_shared() -> None:
     try:
         routing_cache().set(VERSION_KEY, uuid.uuid4().hex, None)
     except Exception:  # other processes fall back on their short TTL while it fails
-        _holder.cache_retry_at = _holder.clock() + CACHE_RETRY_S
+        _holder.backoff.failed()
 
 
 def changed(using: str | None = None) -> None:

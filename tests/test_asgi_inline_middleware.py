@@ -9,6 +9,7 @@ from collections import Counter
 from typing import Any
 
 import asgiref.sync
+import django
 import httpx
 import pytest
 
@@ -107,6 +108,14 @@ def _where_signals_run(
     return responses, seen
 
 
+#: The inline signals come from the copy of Django 5.2's ``ASGIHandler.handle``; on Django
+#: 6 the handler serves with Django's own (tests/test_seams.py, W020).
+copied_handle = pytest.mark.skipif(
+    django.VERSION[:2] != (5, 2), reason="the copied handle is Django 5.2's"
+)
+
+
+@copied_handle
 def test_a_request_that_used_no_thread_sends_its_signals_on_the_loop(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -120,6 +129,7 @@ def test_a_request_that_used_no_thread_sends_its_signals_on_the_loop(
     assert set(hops) == {"response_for_exception", "log_response"}
 
 
+@copied_handle
 def test_a_request_that_ran_sync_code_in_its_thread_finishes_there(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -136,3 +146,23 @@ def test_a_receiver_not_known_to_be_loop_safe_gets_djangos_thread(
     (response,), seen = _where_signals_run(monkeypatch, ("GET", "/no-such-page/"), safe=False)
     assert response.status_code == 404
     assert seen == [("started", False), ("finished", False)]
+
+
+# --- CSRF_USE_SESSIONS (issue 22, finding 6a) --------------------------------------------
+
+
+@pytest.mark.parametrize("handler", ["inline", "django"])
+def test_csrf_in_the_session_serves_the_login_page_again(handler: str) -> None:
+    """With the CSRF secret in the session, the second GET of the login page (session
+    cookie sent) reads the session in CSRF's hooks: a database read, which must run in
+    the thread as Django's does (it was a 500 SynchronousOnlyOperation on the loop)."""
+    from django.core.handlers.asgi import ASGIHandler
+    from django.test import override_settings
+
+    app = InlineMiddlewareASGIHandler() if handler == "inline" else ASGIHandler()
+    with override_settings(CSRF_USE_SESSIONS=True):
+        responses, _ = _requests(app, ("GET", "/admin/login/"), ("GET", "/admin/login/"))
+    first, second = responses
+    assert first.status_code == 200 and "sessionid" in first.headers.get("set-cookie", "")
+    assert second.status_code == 200
+    assert 'name="csrfmiddlewaretoken"' in second.text

@@ -452,7 +452,7 @@ def test_a_failing_cache_falls_back_to_local_state_and_logs_once(
     # The cache comes back: after the retry interval the store uses it again, once more
     # logging the change.
     monkeypatch.setattr(BrokenCache, "broken", False)
-    monkeypatch.setattr(breaker.store, "_retry_at", 0.0)
+    breaker.store.backoff.retry_at = 0.0  # the retry interval has passed
     assert breaker.allow(CONFIG)  # the shared cache has no open circuit
     assert not breaker.store.degraded
     assert "reachable again" in caplog.text

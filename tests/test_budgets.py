@@ -23,6 +23,7 @@ from rest_framework.test import APIClient
 
 from llm_routing import budgets
 from llm_routing.api import throttles
+from llm_routing.cache import CacheBackoff
 from llm_routing.models import Budget
 from llm_routing.resilience import breaker
 from llm_routing.resilience.breaker import CircuitStore
@@ -219,8 +220,7 @@ def _dead_redis() -> dict[str, Any]:
 def test_cache_down_fails_open_by_default_and_closed_on_request(api, chain, caplog, monkeypatch):
     # The dead cache also trips the throttles' and circuits' own fail-open state: keep
     # it in this test (monkeypatch restores it).
-    monkeypatch.setattr(throttles, "_retry_at", 0.0)
-    monkeypatch.setattr(throttles, "_next_log_at", 0.0)
+    monkeypatch.setattr(throttles, "backoff", CacheBackoff(log_interval_s=60.0))
     monkeypatch.setattr(breaker, "store", CircuitStore())
     Budget.objects.create(name="open-b", scope="user", subject="alice", max_requests=1)
     with override_settings(CACHES=_dead_redis()):

@@ -21,6 +21,7 @@ import redis
 from django.test import override_settings
 
 from llm_routing.api import throttles
+from llm_routing.cache import CacheBackoff
 from llm_routing.resilience import breaker
 from llm_routing.resilience.breaker import CircuitStore
 
@@ -91,8 +92,7 @@ def _chat(api):
 def test_killed_redis_gives_no_5xx_anywhere(api, own_redis, monkeypatch, caplog):
     url = own_redis.url
     monkeypatch.setattr(breaker, "store", CircuitStore())
-    monkeypatch.setattr(throttles, "_next_log_at", 0.0, raising=False)
-    monkeypatch.setattr(throttles, "_retry_at", 0.0, raising=False)
+    monkeypatch.setattr(throttles, "backoff", CacheBackoff(log_interval_s=60.0))
     backend = "django.core.cache.backends.redis.RedisCache"
     caches = {"default": {"BACKEND": backend, "LOCATION": url, "KEY_PREFIX": "outage"}}
     limits = {"API_THROTTLE_RATES": {"user": "4/min", "anon": "4/min"}}
@@ -124,8 +124,8 @@ def test_killed_redis_gives_no_5xx_anywhere(api, own_redis, monkeypatch, caplog)
         # The cache is back (an empty one): once the retry intervals have passed,
         # throttling resumes and /health/ is ok again.
         own_redis.start()
-        monkeypatch.setattr(throttles, "_retry_at", 0.0)
-        monkeypatch.setattr(breaker.store, "_retry_at", 0.0)
+        throttles.backoff.retry_at = 0.0  # the retry intervals have passed
+        breaker.store.backoff.retry_at = 0.0
         health = api.get("/health/").json()  # the 1st of 4 requests allowed this minute
         assert health["status"] == "ok" and health["cache"] == "ok"
         assert [_audit(api).status_code for _ in range(4)] == [200, 200, 200, 429]

@@ -14,12 +14,13 @@ exception handling and rendering, so every status, body and header is the same
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import functools
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import Any, ClassVar, ParamSpec, TypeVar, cast
 
-from asgiref.sync import markcoroutinefunction, sync_to_async
+from asgiref.sync import iscoroutinefunction, markcoroutinefunction, sync_to_async
 from django.db import close_old_connections
 from django.http import HttpRequest, HttpResponse
 from django.http.response import HttpResponseBase
@@ -33,7 +34,7 @@ from rest_framework.response import Response
 from rest_framework.throttling import BaseThrottle
 from rest_framework.views import APIView
 
-from .. import snapshot
+from .. import seams, snapshot
 from ..access import principal_for, refusal
 from ..conf import routing_settings
 from ..types import AuditRequest, Principal
@@ -104,6 +105,31 @@ class ServerMatchedView:
         if _on_event_loop():
             return self.async_view(request, *args, **kwargs)
         return self.sync_view(request, *args, **kwargs)
+
+
+@seams.register(
+    "W027",
+    "asgiref's coroutine-function marker, answered per call by ServerMatchedView",
+    "the API views serve their sync face only (under ASGI Django runs them in a thread)",
+)
+def _probe_marker() -> str | None:
+    if not _COROUTINE_MARKS:
+        return "markcoroutinefunction sets no attribute to answer"
+
+    def sync_face(request: HttpRequest) -> None: ...
+
+    view = ServerMatchedView(sync_face, sync_face)
+    if iscoroutinefunction(view):
+        return "the view reads as a coroutine function outside an event loop"
+
+    async def on_a_loop() -> bool:
+        return iscoroutinefunction(view)
+
+    # A thread of its own: the probe may first run on a server's event loop.
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        if not pool.submit(asyncio.run, on_a_loop()).result():
+            return "the view does not read as a coroutine function on an event loop"
+    return None
 
 
 async def _plain(response: HttpResponseBase) -> HttpResponseBase:
@@ -197,7 +223,7 @@ class RoutingAPIView(APIView):
     @classmethod
     def as_view(cls, **initkwargs: Any) -> Any:
         sync_view = super().as_view(**initkwargs)
-        if cls.async_method is None:
+        if cls.async_method is None or not seams.available("W027"):
             return sync_view
 
         async def async_view(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:

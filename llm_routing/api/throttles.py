@@ -27,7 +27,6 @@ soon as the cache answers again. Documented in docs/operations.md.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from typing import Any
 
@@ -35,7 +34,8 @@ from asgiref.sync import sync_to_async
 from django.core.cache.backends.locmem import LocMemCache
 from rest_framework.throttling import BaseThrottle
 
-from ..cache import async_redis, raw_redis, routing_cache, run_script
+from ..cache import CACHE_RETRY_S as _CACHE_RETRY_S
+from ..cache import CacheBackoff, async_redis, raw_redis, routing_cache, run_script
 from ..conf import routing_settings
 
 __all__ = [
@@ -52,21 +52,18 @@ logger = logging.getLogger("llm_routing.api")
 FAIL_OPEN_LOG_INTERVAL_S = 60.0
 
 #: After a cache failure, throttles do not touch the cache for this long (fail open).
-CACHE_RETRY_S = 5.0
+CACHE_RETRY_S = _CACHE_RETRY_S
 
-_log_lock = threading.Lock()
-_next_log_at = 0.0
-_retry_at = 0.0
+#: The throttles' cache-down back-off (:class:`llm_routing.cache.CacheBackoff`).
+backoff = CacheBackoff(
+    CACHE_RETRY_S, clock=lambda: time.monotonic(), log_interval_s=FAIL_OPEN_LOG_INTERVAL_S
+)
 
 
 def _cache_failed(scope: str, exc: Exception) -> None:
-    global _next_log_at, _retry_at
-    now = time.monotonic()
-    with _log_lock:
-        _retry_at = now + CACHE_RETRY_S
-        if now < _next_log_at:
-            return
-        _next_log_at = now + FAIL_OPEN_LOG_INTERVAL_S
+    backoff.failed()
+    if not backoff.should_log():
+        return
     logger.warning(
         "Throttle cache failed (%s); %s requests are not throttled until it answers again "
         "(fail open; next warning in %.0f s at the earliest).",
@@ -182,7 +179,7 @@ class WindowRateThrottle(BaseThrottle):
 
 class _FailOpen(WindowRateThrottle):
     def allow_request(self, request: Any, view: Any) -> bool:
-        if time.monotonic() < _retry_at:
+        if not backoff.open():
             return True  # the cache failed moments ago: fail open without waiting on it
         try:
             return super().allow_request(request, view)
@@ -191,7 +188,7 @@ class _FailOpen(WindowRateThrottle):
             return True
 
     async def aallow_request(self, request: Any, view: Any) -> bool:
-        if time.monotonic() < _retry_at:
+        if not backoff.open():
             return True
         try:
             return await super().aallow_request(request, view)

@@ -199,6 +199,8 @@ class HealthView(RoutingAPIView):
         # outage ("degraded"), which the summary reports too.
         rows = list(Provider.objects.order_by("name"))
         circuits = breaker.store.for_providers(rows)
+        if not rows:  # no circuit was read: read one, so "cache" says whether it answers
+            breaker.store.load("llm_routing", "health")
         now = breaker.store.clock()
         cache = "degraded" if breaker.store.degraded else "ok"
         viewer = viewer_for(request.user, operator_token=request.auth is OPERATOR_TOKEN)

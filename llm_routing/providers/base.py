@@ -39,6 +39,7 @@ from django.views.decorators.debug import sensitive_variables
 from httpx_sse import EventSource, ServerSentEvent
 from jsonschema.exceptions import best_match
 
+from .. import seams
 from ..conf import routing_settings
 from ..errors import (
     NetworkError,
@@ -765,15 +766,18 @@ class _StreamRun:
         }
         # Sync: headers are waited for under the first-token timeout, body reads get a
         # socket backstop (body_read_timeout); the watchdog enforces the exact phases.
+        self.body_read_timeout = min(max(first_token, idle), overall)
+        # Without the guarded seam (W028) the body's read timeout cannot be set after
+        # the headers: the larger one then applies from the start.
+        header_read = first_token if seams.available("W028") else self.body_read_timeout
         self.timeouts = httpx.Timeout(
-            connect=base.connect, read=first_token, write=overall, pool=base.pool
+            connect=base.connect, read=header_read, write=overall, pool=base.pool
         )
         # Async: asyncio timeouts enforce the phases; httpx's read timeout is the
         # overall backstop.
         self.async_timeouts = httpx.Timeout(
             connect=base.connect, read=overall, write=overall, pool=base.pool
         )
-        self.body_read_timeout = min(max(first_token, idle), overall)
         self.clock = StreamClock(first_token_s=first_token, idle_s=idle, overall_s=overall)
         self.limit = int(routing_settings.MAX_RESPONSE_BYTES)
         self.skipped = 0
@@ -1013,10 +1017,31 @@ def _is_event_stream(response: httpx.Response) -> bool:
 
 def _set_body_read_timeout(response: httpx.Response, seconds: float) -> None:
     """The per-read socket timeout of the body (httpcore reads it when the body starts):
-    a backstop behind the watchdog, long enough for either phase."""
+    a backstop behind the watchdog, long enough for either phase. Changing the request's
+    ``timeout`` extension after sending is a seam of httpcore's (W028, guarded)."""
     timeout = response.request.extensions.get("timeout")
-    if isinstance(timeout, dict):
+    if isinstance(timeout, dict) and seams.available("W028"):
         timeout["read"] = seconds
+
+
+@seams.register(
+    "W028",
+    "httpcore reading the request's timeout extension when a response body read starts",
+    "a streamed call's read timeout is the body's from the start (the header wait is "
+    "then bounded by it rather than by the first-token timeout)",
+)
+def _probe_body_timeout() -> str | None:
+    import inspect
+
+    import httpcore
+
+    connection = getattr(httpcore, "HTTP11Connection", None)
+    body = getattr(connection, "_receive_response_body", None)
+    if body is None:
+        return "httpcore.HTTP11Connection has no _receive_response_body"
+    if 'extensions.get("timeout"' not in inspect.getsource(body):
+        return "httpcore no longer reads the timeout extension when the body starts"
+    return None
 
 
 def validate_structured(text_or_data: Any, schema: Mapping[str, Any] | None) -> Any:

@@ -52,7 +52,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from django.core.cache.backends.locmem import LocMemCache
 from django.core.exceptions import ImproperlyConfigured
 
-from ..cache import async_redis, routing_cache
+from ..cache import CACHE_RETRY_S as _CACHE_RETRY_S
+from ..cache import CacheBackoff, async_redis, routing_cache
 from ..conf import routing_settings
 from ..effects import Context, Effect
 from ..types import ErrorInfo, ProviderConfig, ProviderResult
@@ -95,7 +96,7 @@ HALF_OPEN = "half_open"
 
 #: After a cache error, the store uses process-local state for this long before it
 #: tries the shared cache again (so a dead Redis costs one failed call per interval).
-CACHE_RETRY_S = 5.0
+CACHE_RETRY_S = _CACHE_RETRY_S
 #: Circuit records expire from the cache after this long without a real call.
 RECORD_TTL_S = 86_400
 #: A success on a clean, closed circuit rewrites ``last_success_at`` at most this often
@@ -446,13 +447,13 @@ class CircuitStore:
     def __init__(self, *, clock: Clock = time.time) -> None:
         self.clock = clock
         self._local = _LocalCache()
-        self._retry_at = 0.0
-        self._down = False
-        self._state_lock = threading.Lock()
+        #: The cache-down back-off (:class:`llm_routing.cache.CacheBackoff`); the module's
+        #: ``time.monotonic`` at call time (a fake one in tests).
+        self.backoff = CacheBackoff(CACHE_RETRY_S, clock=lambda: time.monotonic())
 
     # -- cache access that never raises ---------------------------------------------
     def _cache_call(self, method: str, *args: Any) -> Any:
-        if time.monotonic() >= self._retry_at:
+        if self.backoff.open():
             try:
                 cache = routing_cache()  # one client per process (llm_routing.cache)
                 result = getattr(cache, method)(*args)
@@ -466,7 +467,7 @@ class CircuitStore:
     async def _acache_call(self, method: str, *args: Any) -> Any:
         """:meth:`_cache_call` for the event loop: LocMem (process memory) inline,
         any other backend through its async method (``aget``, ``aadd``, ...)."""
-        if time.monotonic() >= self._retry_at:
+        if self.backoff.open():
             try:
                 cache = routing_cache()
                 if isinstance(cache, LocMemCache):  # process memory: inline
@@ -485,17 +486,11 @@ class CircuitStore:
         return getattr(self._local, method)(*args)
 
     def _cache_answered(self) -> None:
-        if self._down:
-            with self._state_lock:
-                self._down = False
+        if self.backoff.answered():
             logger.warning("Circuit cache is reachable again; using shared state.")
 
     def _cache_failed(self, exc: Exception) -> None:
-        with self._state_lock:
-            self._retry_at = time.monotonic() + CACHE_RETRY_S
-            first = not self._down
-            self._down = True
-        if first:
+        if self.backoff.failed():
             # The exception's text may name the cache location: log its type only.
             logger.warning(
                 "Circuit cache %r failed (%s); using process-local circuit state until it "
@@ -507,7 +502,7 @@ class CircuitStore:
     @property
     def degraded(self) -> bool:
         """True while the store runs on process-local state."""
-        return self._down
+        return self.backoff.down
 
     # -- records ------------------------------------------------------------------------
     def load(self, provider: str, model: str) -> Circuit:
