@@ -23,6 +23,7 @@ from .serializers import (
     AuditRequestSerializer,
     StrictRegexField,
     check_one_provider_choice,
+    known_chain,
 )
 
 __all__ = ["ExplainQuerySerializer", "ExplainView"]
@@ -54,6 +55,9 @@ class ExplainQuerySerializer(serializers.Serializer):
             raise serializers.ValidationError(message) from None
         checked: dict[str, Any] | None = AuditRequestSerializer().validate_response_schema(parsed)
         return checked
+
+    def validate_chain(self, value: str) -> str:
+        return known_chain(value) or ""
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         check_one_provider_choice(attrs)

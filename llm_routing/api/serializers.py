@@ -9,6 +9,7 @@ from typing import Any
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from .. import snapshot
 from ..conf import routing_settings
 from ..schemas import SchemaRefused, check_schema
 from ..types import AuditRequest
@@ -28,6 +29,7 @@ __all__ = [
     "ChatCallSerializer",
     "StrictCharField",
     "check_one_provider_choice",
+    "known_chain",
     "output_tokens_within_limit",
 ]
 
@@ -112,6 +114,13 @@ class StrictStringMapField(serializers.Field):
         return value
 
 
+def known_chain(value: str | None) -> str | None:
+    """A ``chain`` field's check: the name of an existing chain (a 400 naming it else)."""
+    if message := snapshot.unknown_chain(value):
+        raise serializers.ValidationError(message)
+    return value
+
+
 class AuditRequestSerializer(serializers.Serializer):
     task = StrictRegexField(SLUG_RE, max_length=64)
     instructions = StrictCharField(
@@ -125,6 +134,7 @@ class AuditRequestSerializer(serializers.Serializer):
     provider = StrictRegexField(SLUG_RE, max_length=64, required=False, allow_null=True)
     route = StrictRegexField(SLUG_RE, max_length=64, required=False, allow_null=True)
     force_provider = StrictRegexField(SLUG_RE, max_length=64, required=False, allow_null=True)
+    chain = StrictRegexField(SLUG_RE, max_length=64, required=False, allow_null=True)
     response_schema = serializers.JSONField(required=False, allow_null=True)
     metadata = StrictStringMapField(required=False, default=dict)
     stream = StrictBooleanField(required=False, default=False)
@@ -152,6 +162,9 @@ class AuditRequestSerializer(serializers.Serializer):
                 f"Ensure this field has no more than {limit} characters."
             )
         return value
+
+    def validate_chain(self, value: str | None) -> str | None:
+        return known_chain(value)
 
     def validate_instructions(self, value: str) -> str:
         limit = int(routing_settings.MAX_INSTRUCTIONS_CHARS)
@@ -205,6 +218,7 @@ class AuditRequestSerializer(serializers.Serializer):
             provider=d.get("provider"),
             route=d.get("route"),
             force_provider=d.get("force_provider"),
+            chain=d.get("chain"),
             response_schema=d.get("response_schema"),
             metadata=d.get("metadata") or {},
             stream=bool(d.get("stream")),
@@ -220,7 +234,6 @@ class ChatCallSerializer(SamplingSerializer, AuditRequestSerializer):
     task = StrictRegexField(SLUG_RE, max_length=64, required=False, default="chat")
     input_text = None  # type: ignore[assignment]  # DRF: None removes an inherited field
     messages = MessagesField()
-    chain = StrictRegexField(SLUG_RE, max_length=64, required=False, allow_null=True)
     backstop = StrictBooleanField(required=False, default=True)
 
     def get_fields(self) -> dict[str, serializers.Field]:
@@ -232,7 +245,6 @@ class ChatCallSerializer(SamplingSerializer, AuditRequestSerializer):
         d = self.validated_data
         return replace(
             super().to_request(),
-            chain=d.get("chain"),
             backstop=d["backstop"],
             **self.sampling(),
         )
