@@ -254,6 +254,8 @@ class ChainEntryInline(admin.TabularInline):
     fields = ["position", "provider", "model", "enabled"]
     autocomplete_fields = ["provider"]
     classes = ["llmr-chain-entries"]
+    verbose_name = "entry"
+    verbose_name_plural = "entries (drag ☰ to reorder; tried top to bottom)"
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[ChainEntry]:
         return super().get_queryset(request).select_related("chain", "provider")
@@ -413,6 +415,7 @@ class AttemptInline(LatencyMixin, LogMixin, admin.TabularInline):
     can_delete = False
     fields = ATTEMPT_FIELDS
     readonly_fields = ATTEMPT_FIELDS
+    classes = ["llmr-attempts"]
 
 
 @admin.register(RoutingDecision)
