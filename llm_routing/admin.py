@@ -14,7 +14,7 @@ from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html, format_html_join
 
 from .admin_chain import ChainEntryForm, ChainEntryFormSet, save_entries
-from .admin_views import circuit_board_view, explain_url, explain_view
+from .admin_views import circuit_board_view, dashboard_view, explain_url, explain_view
 from .charts import TimelineItem, timeline_svg
 from .models import (
     Attempt,
@@ -469,6 +469,19 @@ class RoutingDecisionAdmin(LogMixin, admin.ModelAdmin):
         ),
     ]
     readonly_fields = ["timeline", "explain_link", "total_latency"]
+
+    class Media:
+        css = {"all": ["llm_routing/admin/llm_routing.css"]}
+
+    def get_urls(self) -> list[URLPattern]:
+        extra = [
+            path(
+                "dashboard/",
+                self.admin_site.admin_view(lambda request: dashboard_view(request, self)),
+                name="llm_routing_dashboard",
+            ),
+        ]
+        return extra + super().get_urls()
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[RoutingDecision]:
         return super().get_queryset(request).prefetch_related("attempts")

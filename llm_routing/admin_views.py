@@ -20,6 +20,7 @@ from .api.explain_views import ExplainQuerySerializer
 from .models import Provider
 from .resilience import breaker
 from .router import explain
+from .templatetags.llm_routing_admin import DEFAULT_WINDOW, dashboard_context
 
 #: Longest force-open an operator may ask for on the breaker board (one day).
 MAX_FORCE_OPEN_S = 86_400
@@ -28,6 +29,7 @@ __all__ = [
     "EXPLAIN_FIELDS",
     "circuit_board_view",
     "circuit_rows",
+    "dashboard_view",
     "explain_url",
     "explain_view",
 ]
@@ -88,6 +90,22 @@ def _api_url(values: dict[str, str]) -> str | None:
     except Exception:  # the host mounted the admin but not the API
         return None
     return f"{base}?{urlencode({k: v for k, v in values.items() if v})}"
+
+
+# --- dashboard -----------------------------------------------------------------------
+
+
+def dashboard_view(request: HttpRequest, model_admin: admin.ModelAdmin) -> HttpResponse:
+    """The routing dashboard as a page of its own (full width): the figures of a window."""
+    if not model_admin.has_view_permission(request):
+        raise PermissionDenied
+    context = {
+        **model_admin.admin_site.each_context(request),
+        "title": "Routing dashboard",
+        "opts": model_admin.model._meta,
+        **dashboard_context(request.GET.get("window", DEFAULT_WINDOW)),
+    }
+    return TemplateResponse(request, "admin/llm_routing/dashboard_page.html", context)
 
 
 # --- breaker board -------------------------------------------------------------------

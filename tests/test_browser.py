@@ -259,7 +259,7 @@ def test_dashboard_renders_its_charts(admin_page: Any, scripted: Any, key_env: s
     scripted.scripts["a"] = ["ok", down, down, down, "ok"]  # the 2nd request fails over
     for _ in range(3):
         route(AuditRequest(task="summarize", input_text="hello"), sleeper=lambda s: None)
-    page.goto(f"{page.base}/admin/llm_routing/?window=1h")
+    page.goto(f"{page.base}/admin/llm_routing/routingdecision/dashboard/?window=1h")
     dashboard = page.locator("#llmr-dashboard")
     assert "Routing, last 1h" in dashboard.inner_text()
     assert dashboard.locator("svg.llmr-stacked").count() == 2
