@@ -14,7 +14,9 @@ from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html, format_html_join
 
 from .admin_chain import ChainEntryForm, ChainEntryFormSet, save_entries
+from .admin_decisions import DecisionDisplayMixin, failed, failure_words
 from .admin_views import circuit_board_view, dashboard_view, explain_url, explain_view
+from .admin_words import words
 from .charts import TimelineItem, timeline_svg
 from .models import (
     Attempt,
@@ -419,16 +421,15 @@ class AttemptInline(LatencyMixin, LogMixin, admin.TabularInline):
 
 
 @admin.register(RoutingDecision)
-class RoutingDecisionAdmin(LogMixin, admin.ModelAdmin):
+class RoutingDecisionAdmin(DecisionDisplayMixin, LogMixin, admin.ModelAdmin):
     list_display = [
-        "created_at",
+        "when",
         "request_id",
         "task",
-        "router_mode",
-        "selected_provider",
-        "status",
-        "fallback_used",
-        "fallback_reason",
+        "mode_words",
+        "result",
+        "served_by",
+        "fallback",
         "total_latency",
     ]
     list_filter = ["status", "router_mode", "fallback_used", "selected_provider", "created_at"]
@@ -436,13 +437,13 @@ class RoutingDecisionAdmin(LogMixin, admin.ModelAdmin):
     date_hierarchy = "created_at"
     inlines = [AttemptInline]
     fieldsets = [
-        (None, {"fields": ["timeline", "explain_link"]}),
+        (None, {"fields": ["result", "timeline", "explain_link"]}),
         (
             "Request",
             {
                 "fields": [
                     "request_id",
-                    "created_at",
+                    "when",
                     "task",
                     "route",
                     "input_length",
@@ -454,21 +455,27 @@ class RoutingDecisionAdmin(LogMixin, admin.ModelAdmin):
             "Routing",
             {
                 "fields": [
-                    "router_mode",
+                    "mode_words",
                     "rule",
                     "chain_name",
                     "requested_provider",
-                    "selected_provider",
-                    "fallback_used",
-                    "fallback_reason",
-                    "status",
-                    "mode",
+                    "served_by",
+                    "fallback",
                     "total_latency",
                 ]
             },
         ),
     ]
-    readonly_fields = ["timeline", "explain_link", "total_latency"]
+    readonly_fields = [
+        "result",
+        "when",
+        "mode_words",
+        "served_by",
+        "fallback",
+        "timeline",
+        "explain_link",
+        "total_latency",
+    ]
 
     class Media:
         css = {"all": ["llm_routing/admin/llm_routing.css"]}
@@ -493,7 +500,7 @@ class RoutingDecisionAdmin(LogMixin, admin.ModelAdmin):
     @admin.display(description="timeline")
     def timeline(self, obj: RoutingDecision) -> str:
         attempts = sorted(obj.attempts.all(), key=lambda a: a.index)
-        return timeline_svg(
+        svg = timeline_svg(
             [
                 TimelineItem(
                     index=a.index,
@@ -501,13 +508,23 @@ class RoutingDecisionAdmin(LogMixin, admin.ModelAdmin):
                     outcome=a.outcome,
                     latency_ms=a.latency_ms,
                     retries=a.retries,
-                    reason=a.reason or a.error_category,
+                    reason=words(a.reason or a.error_category),
                     served=a.served,
                     http_status=a.http_status,
                 )
                 for a in attempts
             ]
         )
+        if failed(obj):
+            return format_html(
+                '<p class="llmr-failed llmr-timeline-verdict">Failed: {}, after {} attempt{}.'
+                "</p>{}",
+                failure_words(obj),
+                len(attempts),
+                "" if len(attempts) == 1 else "s",
+                svg,
+            )
+        return svg
 
     @admin.display(description="explain")
     def explain_link(self, obj: RoutingDecision) -> str:

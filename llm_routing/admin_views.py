@@ -16,11 +16,13 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import reverse
 
+from . import snapshot
 from .api.explain_views import ExplainQuerySerializer
 from .models import Provider
 from .resilience import breaker
 from .router import explain
 from .templatetags.llm_routing_admin import DEFAULT_WINDOW, dashboard_context
+from .types import MOCK_PROVIDER_NAME
 
 #: Longest force-open an operator may ask for on the breaker board (one day).
 MAX_FORCE_OPEN_S = 86_400
@@ -36,6 +38,17 @@ __all__ = [
 
 #: The query parameters of the explain page (and of ``GET /audit/explain/``).
 EXPLAIN_FIELDS = ("task", "route", "provider", "force_provider", "chain", "stream", "schema")
+#: Their labels on the page (errors name the field as the form shows it).
+EXPLAIN_LABELS = {
+    "task": "Task",
+    "route": "Route key",
+    "provider": "Try this provider first",
+    "force_provider": "Force a provider",
+    "chain": "Chain",
+    "stream": "Streams",
+    "schema": "Structured output schema",
+    "non_field_errors": "Request",
+}
 
 
 def explain_url(**params: Any) -> str:
@@ -63,23 +76,39 @@ def explain_view(request: HttpRequest, site: admin.AdminSite) -> HttpResponse:
         raise PermissionDenied
     values = {name: request.GET.get(name, "") for name in EXPLAIN_FIELDS}
     explanation = None
-    errors: dict[str, Any] = {}
-    if values["task"]:
+    errors: list[tuple[str, str]] = []
+    if values["task"] or any(name in request.GET for name in EXPLAIN_FIELDS):
+        # Submitted (an empty task included): explain, or say what is wrong.
         query = ExplainQuerySerializer(data={k: v for k, v in values.items() if v != ""})
         if query.is_valid():
             explanation = explain(query.to_request())
         else:
-            errors = {k: [str(m) for m in v] for k, v in query.errors.items()}
+            errors = [
+                (EXPLAIN_LABELS.get(k, k), str(m)) for k, v in query.errors.items() for m in v
+            ]
+    config = snapshot.current()
     context = {
         **site.each_context(request),
         "title": "Explain a route",
         "values": values,
         "errors": errors,
+        "chains": _with(sorted(config.chains), values["chain"]),
+        "providers": _with(
+            sorted({*config.providers, MOCK_PROVIDER_NAME}),
+            values["provider"],
+            values["force_provider"],
+        ),
         "explanation": explanation,
         "ex": explanation.to_dict() if explanation else None,
         "api_url": _api_url(values),
     }
     return TemplateResponse(request, "admin/llm_routing/explain.html", context)
+
+
+def _with(names: list[str], *current: str) -> list[str]:
+    """The choices, plus a value asked for that is not among them (kept, and explained)."""
+    extra = [c for c in current if c and c not in names]
+    return names + sorted(set(extra))
 
 
 def _api_url(values: dict[str, str]) -> str | None:
