@@ -14,9 +14,9 @@ from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html, format_html_join
 
 from .admin_chain import ChainEntryForm, ChainEntryFormSet, save_entries
-from .admin_decisions import DecisionDisplayMixin, failed, failure_words
+from .admin_decisions import DecisionDisplayMixin, failed, failure_words, moment
 from .admin_views import circuit_board_view, dashboard_view, explain_url, explain_view
-from .admin_words import words
+from .admin_words import term, words
 from .charts import TimelineItem, timeline_svg
 from .models import (
     Attempt,
@@ -60,6 +60,12 @@ class ProviderForm(forms.ModelForm):
             kinds = [*kinds, current]  # shown so the page renders; refused on save
         field = cast(forms.ChoiceField, self.fields["kind"])
         field.choices = [("", "---------"), *((k, k) for k in kinds)]
+        if current == "mock" and "mode" in self.fields:
+            # The list shows what the router does; the form says why it differs.
+            self.fields["mode"].help_text = (
+                "A provider of kind mock answers offline whatever its mode: the list "
+                "shows it as “mock (answers offline)”."
+            )
 
 
 @admin.register(Provider)
@@ -73,7 +79,7 @@ class ProviderAdmin(admin.ModelAdmin):
         "enabled",
         "key_badge",
         "circuit",
-        "updated_at",
+        "updated",
     ]
     list_filter = ["kind", "mode", "enabled"]
     actions = ["test_providers", "reset_circuits"]
@@ -160,10 +166,23 @@ class ProviderAdmin(admin.ModelAdmin):
             explain_url(task="example", provider=obj.name),
         )
 
+    @admin.display(description="updated", ordering="updated_at")
+    def updated(self, obj: Provider) -> str:
+        return moment(obj.updated_at)
+
     @admin.display(description="mode", ordering="mode")
     def mode_shown(self, obj: Provider) -> str:
-        """The mode the router really uses: ``mock`` for the mock kind and the backstop."""
-        return obj.effective_mode
+        """The mode the router really uses (``mock`` for the mock kind and the backstop),
+        in the form's own words; the stored mode in a tooltip when it differs."""
+        label = str(Provider.Mode(obj.effective_mode).label)
+        if obj.effective_mode == obj.mode:
+            return label
+        return format_html(
+            '<span class="llmr-term" title="kind {}: stored mode {}">{}</span>',
+            obj.kind,
+            obj.mode,
+            label,
+        )
 
     @admin.display(description="circuit")
     def circuit(self, obj: Provider) -> str:
@@ -385,8 +404,8 @@ ATTEMPT_FIELDS = (
     "index",
     "provider",
     "model",
-    "outcome",
-    "reason",
+    "outcome_words",
+    "reason_words",
     "http_status",
     "transient",
     "retries",
@@ -409,6 +428,14 @@ class LatencyMixin:
     @admin.display(description="latency", ordering="latency_ms")
     def latency(self, obj: Attempt) -> str:
         return _ms(obj.latency_ms)
+
+    @admin.display(description="outcome", ordering="outcome")
+    def outcome_words(self, obj: Attempt) -> str:
+        return term(obj.outcome)
+
+    @admin.display(description="reason", ordering="reason")
+    def reason_words(self, obj: Attempt) -> str:
+        return term(obj.reason or obj.error_category)
 
 
 class AttemptInline(LatencyMixin, LogMixin, admin.TabularInline):
@@ -583,12 +610,20 @@ AUDIT_JOB_FIELDS = (
 class AuditJobAdmin(ReadOnlyMixin, admin.ModelAdmin):
     """Async jobs: state only. The stored payload (raw input) is never shown."""
 
-    list_display = ["created_at", "id", "owner", "task", "status", "claims", "finished_at"]
+    list_display = ["when", "id", "owner", "task", "status", "claims", "finished"]
     list_filter = ["status", "created_at"]
     list_select_related = ["owner"]
     date_hierarchy = "created_at"
     fields = AUDIT_JOB_FIELDS
     readonly_fields = AUDIT_JOB_FIELDS
+
+    @admin.display(description="created", ordering="created_at")
+    def when(self, obj: AuditJob) -> str:
+        return moment(obj.created_at)
+
+    @admin.display(description="finished", ordering="finished_at")
+    def finished(self, obj: AuditJob) -> str:
+        return moment(obj.finished_at)
 
 
 from . import admin_budgets  # noqa: E402,F401  (budgets: registers BudgetAdmin)

@@ -83,3 +83,37 @@ def test_explain_form_keeps_its_choices_after_explaining(admin_client, scripted,
     ).content.decode()
     assert '<option value="main" selected>' in page
     assert 'id="llmr-candidates"' in page
+
+
+def test_api_schema_names_no_internal_component(api):
+    """Swagger listed ``_AssistantMessage`` and ``_Choice`` (private serializer names)."""
+    schema = api.get("/api/schema/", {"format": "json"}).json()
+    names = set(schema["components"]["schemas"])
+    assert not [n for n in names if n.startswith("_")]
+    assert {"ChatCompletionMessage", "ChatCompletionChoice", "ChatCompletionUsage"} <= names
+
+
+def test_the_demo_root_page_is_not_django_administration(client):
+    html = client.get("/").content.decode()
+    assert "Django administration" not in html
+    assert '<div id="site-name"><a href="/">django-llm-routing</a></div>' in html
+
+
+def test_the_mock_kind_reads_the_same_in_the_list_and_its_form(admin_client):
+    from llm_routing.models import Provider
+
+    mock = Provider.objects.create(name="offline", kind="mock", model="m")
+    assert mock.mode == "live"  # stored; the kind makes it answer offline
+    listing = admin_client.get(reverse("admin:llm_routing_provider_changelist")).content
+    assert "mock (answers offline)" in listing.decode()
+    form = admin_client.get(reverse("admin:llm_routing_provider_change", args=[mock.pk]))
+    assert "answers offline whatever its mode" in form.content.decode()
+
+
+def test_raw_tokens_come_as_words_with_the_raw_value_in_a_tooltip(admin_client, failed_decision):
+    url = reverse("admin:llm_routing_routingdecision_change", args=[failed_decision.pk])
+    html = admin_client.get(url).content.decode()
+    assert '<span class="llmr-term" title="unavailable">' not in html  # same word: no tooltip
+    assert '<span class="llmr-term" title="default">default chain</span>' in html
+    assert '<span class="llmr-term" title="error">failed</span>' in html  # attempt outcome
+    assert 'class="module llmr-attempts"' in html  # its rows' str() labels are hidden
