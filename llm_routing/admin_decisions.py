@@ -68,7 +68,7 @@ class DecisionDisplayMixin:
     def fallback(self, obj: RoutingDecision) -> SafeString:
         if failed(obj):
             return format_html(
-                '<span title="fallback_used={}">— (every candidate was tried)</span>',
+                '<span title="no answer to fall back to; fallback_used={}">—</span>',
                 obj.fallback_used,
             )
         if not obj.fallback_used:

@@ -93,6 +93,7 @@ def test_a_failed_decision_reads_as_a_failure(
     traffic(scripted)
     page.emulate_media(color_scheme=scheme)
     failed = RoutingDecision.objects.exclude(status="ok").get()
+    page.set_viewport_size({"width": 1500, "height": 760})
     page.goto(f"{page.base}/admin/llm_routing/routingdecision/")
     row = page.locator(f"#result_list tr:has(a[href*='/{failed.pk}/'])")
     assert "failed" in row.inner_text().lower()
