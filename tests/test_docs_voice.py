@@ -23,10 +23,10 @@ def voiced_pages() -> list[Path]:
     return [p for p in pages if not p.name.startswith("benchmarks")]
 
 
-@pytest.mark.parametrize("page", voiced_pages(), ids=lambda p: p.name)
-def test_no_issue_numbers_or_this_machine(page: Path) -> None:
-    lines = page.read_text(encoding="utf-8").splitlines()
-    found = [f"{page.name}:{n}: {line.strip()}" for n, line in enumerate(lines, 1)
+@pytest.mark.parametrize("doc", voiced_pages(), ids=lambda p: p.name)
+def test_no_issue_numbers_or_this_machine(doc: Path) -> None:
+    lines = doc.read_text(encoding="utf-8").splitlines()
+    found = [f"{doc.name}:{n}: {line.strip()}" for n, line in enumerate(lines, 1)
              if HISTORY.search(line)]  # fmt: skip
     assert found == []
 
