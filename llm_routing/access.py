@@ -14,12 +14,21 @@
 The API layer turns a refusal into a 403 (:func:`refusal`); the router skips a candidate
 the caller may not use as ``not_allowed`` (:func:`denied_candidates`). Both read the
 config snapshot (:mod:`llm_routing.snapshot`), not the chain rows.
+
+Who sees what (docs/operations.md, "Who sees what") is decided by one function,
+:func:`may_see`: a :class:`Viewer` (a caller, or an operator: staff, a superuser, a
+holder of ``METRICS_TOKEN``) may see a chain, a route key or a provider name only when
+they may use it, and the operations view (every provider row, its key presence and
+circuit) only as an operator. Explain, ``/health/``, ``/v1/models`` and ``/v1`` errors
+all ask it; what a caller may not see answers exactly as what does not exist.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Any
+import hmac
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
 
 from django.db.models import Q, QuerySet
 
@@ -30,13 +39,19 @@ from .types import MOCK_PROVIDER_NAME, AuditRequest, Principal
 
 __all__ = [
     "FORCE_PERMISSION",
+    "NOBODY",
     "ROUTE_ANY_PERMISSION",
+    "TRUSTED",
+    "Viewer",
     "allowed_chains",
     "chain_allowed",
     "denied_candidates",
+    "holds_operator_token",
+    "may_see",
     "principal_for",
     "provider_allowed",
     "refusal",
+    "viewer_for",
 ]
 
 FORCE_PERMISSION = "llm_routing.force_provider"
@@ -171,3 +186,87 @@ def denied_candidates(
         else:
             denied.add(requested_provider)
     return frozenset(denied)
+
+
+# --- who sees what ---------------------------------------------------------------------
+
+#: What :func:`may_see` answers about: a chain, a route key, a provider (its name, model,
+#: circuit as explain shows it), or ``operations`` (every provider row with its key
+#: presence, mode and circuits: the full ``/health/`` list).
+Seen = Literal["chain", "route", "provider", "operations"]
+
+
+@dataclass(frozen=True, slots=True)
+class Viewer:
+    """Who is looking. ``principal`` None is trusted code (the Python API, management
+    commands, the admin's own pages); ``operator`` is staff, a superuser or a holder of
+    the ``METRICS_TOKEN``: both see everything."""
+
+    principal: Principal | None = None
+    operator: bool = False
+
+
+#: The viewer of trusted code: sees everything.
+TRUSTED = Viewer()
+#: An anonymous caller: sees only what everyone may use.
+NOBODY = Viewer(principal=Principal())
+
+
+def viewer_for(user: Any, *, operator_token: bool = False) -> Viewer:
+    """The viewer of a Django user (authenticated or anonymous); ``operator_token``:
+    the request carried the ``METRICS_TOKEN`` (:func:`holds_operator_token`)."""
+    staff = bool(
+        user is not None
+        and getattr(user, "is_authenticated", False)
+        and getattr(user, "is_active", True)
+        and (getattr(user, "is_staff", False) or getattr(user, "is_superuser", False))
+    )
+    return Viewer(principal=principal_for(user), operator=staff or operator_token)
+
+
+def holds_operator_token(headers: Mapping[str, str]) -> bool:
+    """Whether ``Authorization: Bearer <METRICS_TOKEN>`` is among these request headers
+    (compared in constant time; False while no token is set)."""
+    token = routing_settings.METRICS_TOKEN
+    if not token:
+        return False
+    scheme, _, given = (headers.get("Authorization") or "").partition(" ")
+    return scheme.lower() == "bearer" and hmac.compare_digest(
+        given.strip().encode(), str(token).encode()
+    )
+
+
+def may_see(
+    viewer: Viewer,
+    what: Seen,
+    name: str = "",
+    *,
+    task: str | None = None,
+    config: ConfigSnapshot | None = None,
+) -> bool:
+    """The one visibility rule: whether ``viewer`` may see ``what`` called ``name``.
+
+    Trusted code and operators see everything. A caller sees a chain they may use
+    (:func:`chain_allowed`), a provider they may name (:func:`provider_allowed`; the mock
+    always), and a route key from ``ROUTES`` or whose rules (those matching ``task``,
+    when given) all lead to chains they may use; never ``operations``. A name that does
+    not exist is not seen either, so "absent" and "not yours" answer alike."""
+    principal = viewer.principal
+    if principal is None or viewer.operator:
+        return True
+    if what == "operations":
+        return False
+    config = config or current()
+    if what == "chain":
+        chain = config.chain(name)
+        return chain is not None and chain.allows(principal)
+    if what == "provider":
+        if name != MOCK_PROVIDER_NAME and config.provider(name) is None:
+            return False
+        return provider_allowed(name, principal, config)
+    keyed = [r for r in config.rules if r.route == name]
+    if not keyed:
+        return name in (routing_settings.ROUTES or {})
+    if task is not None:
+        keyed = [r for r in keyed if r.matches(task=task, route=name)]
+    return all(r.chain.allows(principal) for r in keyed)

@@ -212,7 +212,13 @@ class ProviderAdmin(admin.ModelAdmin):
             phase.replace("_", "-"),
         )
 
-    @admin.action(description="Test the selected providers (one tiny real request each)")
+    # Both actions need change permission on Provider (a test is a real call billed to the
+    # operator's key; a reset changes what the router tries): a view-only user neither
+    # sees them nor can post them. Each writes the admin history of its providers.
+    @admin.action(
+        description="Test the selected providers (one tiny real request each)",
+        permissions=["change"],
+    )
     def test_providers(self, request: HttpRequest, queryset: QuerySet[Provider]) -> None:
         """One request per provider through its adapter, forced to that provider and
         recorded as a normal routing decision with task ``admin_test``."""
@@ -229,6 +235,12 @@ class ProviderAdmin(admin.ModelAdmin):
             link = reverse("admin:llm_routing_routingdecision_changelist")
             where = format_html(
                 '<a href="{}?q={}">decision {}</a>', link, routed.request_id, routed.request_id
+            )
+            outcome = "ok" if result.ok else (result.error.category if result.error else "failed")
+            self.log_change(
+                request,
+                provider,
+                f"Tested with one real request: {outcome} (decision {routed.request_id}).",
             )
             if result.ok:
                 self.message_user(
@@ -258,10 +270,17 @@ class ProviderAdmin(admin.ModelAdmin):
                     messages.ERROR,
                 )
 
-    @admin.action(description="Reset the circuit breaker of the selected providers")
+    @admin.action(
+        description="Reset the circuit breaker of the selected providers",
+        permissions=["change"],
+    )
     def reset_circuits(self, request: HttpRequest, queryset: QuerySet[Provider]) -> None:
         rows = list(queryset)
-        count = sum(breaker.store.reset_provider(p) for p in rows)
+        count = 0
+        for p in rows:
+            reset = breaker.store.reset_provider(p)
+            count += reset
+            self.log_change(request, p, f"Reset the circuit breaker ({reset} circuit(s)).")
         message = f"Reset {count} circuit(s) of {len(rows)} provider(s)."
         self.message_user(request, message, messages.SUCCESS)
 

@@ -81,7 +81,11 @@ def explain_view(request: HttpRequest, site: admin.AdminSite) -> HttpResponse:
         # Submitted (an empty task included): explain, or say what is wrong.
         query = ExplainQuerySerializer(data={k: v for k, v in values.items() if v != ""})
         if query.is_valid():
-            explanation = explain(query.to_request())
+            request_to_explain = query.to_request()
+            if message := snapshot.unknown_chain(request_to_explain.chain):
+                errors = [(EXPLAIN_LABELS["chain"], message)]
+            else:
+                explanation = explain(request_to_explain)
         else:
             errors = [
                 (EXPLAIN_LABELS.get(k, k), str(m)) for k, v in query.errors.items() for m in v

@@ -33,7 +33,9 @@ Chain, ChainEntry or RoutingRule is carried by the file without touching this mo
 
 Guarantees:
 
-* **Validate everything, then write everything**: the file is parsed, type-checked,
+* **Validate everything, then write everything**: the file is parsed, checked by the
+  input boundary (:mod:`llm_routing.boundary`: no NaN or infinity, no NUL, nesting
+  within ``MAX_JSON_DEPTH``; errors name the field), type-checked,
   scanned for key values and every row is ``full_clean``-ed before the first write;
   the writes happen in one transaction.
 * **Idempotent**: applying the same file twice changes nothing the second time; the
@@ -55,12 +57,15 @@ import tomllib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
+from itertools import islice
 from typing import Any
 
 import tomli_w
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, models, transaction
 
+from .boundary import problems
+from .conf import routing_settings
 from .models import Budget, Chain, ChainEntry, Provider, RoutingRule
 
 __all__ = [
@@ -224,6 +229,9 @@ def loads(text: str) -> DesiredState:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError([f"Not valid TOML: {exc}"]) from None
+    except RecursionError:  # tomllib parses nested arrays and inline tables recursively
+        limit = int(routing_settings.MAX_JSON_DEPTH)
+        raise ConfigError([f"Not accepted: values nested deeper than {limit} levels."]) from None
     return parse(data)
 
 
@@ -311,6 +319,12 @@ def _slug_ok(name: str) -> bool:
 
 def parse(data: Mapping[str, Any]) -> DesiredState:
     """Validate the structure and types of parsed TOML (no database access)."""
+    # The input boundary first (llm_routing.boundary, as for API requests): no NaN or
+    # infinity, no NUL, integers within 64 bits, nesting within MAX_JSON_DEPTH — before
+    # the recursive checks below ever see the data.
+    refused = [str(problem) for problem in islice(problems(data), 20)]
+    if refused:
+        raise ConfigError(refused)
     errors = _credential_errors(data)
     if errors:
         raise ConfigError(errors)  # nothing else is reported next to a key value

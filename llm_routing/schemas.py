@@ -294,7 +294,10 @@ class _Example:
     def _data(self, value: Any) -> tuple[Any, int]:
         return value, self._fits(len(json.dumps(value)))
 
-    def build(self, schema: Any, depth: int) -> tuple[Any, int]:
+    def build(self, schema: Any, depth: int, variant: int = 0) -> tuple[Any, int]:
+        """The example for ``schema`` and its JSON size. ``variant`` > 0 asks for a value
+        different from the other variants where the schema leaves room (``uniqueItems``:
+        item *i* is variant *i*)."""
         if not isinstance(schema, Mapping):
             return None, 4
         if depth > self.max_depth:
@@ -303,46 +306,90 @@ class _Example:
             )
         ref = schema.get("$ref")
         if isinstance(ref, str) and (ref == "#" or ref.startswith("#/")):
-            return self.build(self._pointer(ref), depth + 1)
+            return self.build(self._pointer(ref), depth + 1, variant)
         if "const" in schema:
             return self._data(schema["const"])
-        if schema.get("enum"):
-            return self._data(schema["enum"][0])
+        enum = schema.get("enum")
+        if isinstance(enum, list) and enum:
+            return self._data(enum[variant % len(enum)])
         for combinator in ("anyOf", "oneOf", "allOf"):
             options = schema.get(combinator)
             if isinstance(options, list) and options:
-                return self.build(options[0], depth + 1)
+                return self.build(options[0], depth + 1, variant)
         kind = schema.get("type")
         if isinstance(kind, list):
             kind = next((k for k in kind if k != "null"), kind[0] if kind else None)
         if kind == "object" or (kind is None and "properties" in schema):
-            props = schema.get("properties") or {}
-            required = schema.get("required") or list(props)
-            out: dict[str, Any] = {}
-            size = 2
-            for name in required:
-                if not isinstance(name, str) or name in out:
-                    continue
-                item, item_size = self.build(props.get(name, {}), depth + 1)
-                size = self._fits(size + len(json.dumps(name)) + 2 + item_size + 2 * bool(out))
-                out[name] = item
-            return out, size
+            return self._object(schema, depth, variant)
         if kind == "array":
-            count = min(_count(schema.get("minItems")), 8)
-            item, item_size = self.build(schema.get("items") or {}, depth + 1)
-            size = self._fits(2 + count * item_size + 2 * max(0, count - 1))
-            return [item for _ in range(count)], size
+            return self._array(schema, depth)
         if kind == "string":
-            length = max(4, _count(schema.get("minLength")))
+            suffix = str(variant) if variant else ""
+            length = max(4 + len(suffix), _count(schema.get("minLength")))
             self._fits(length + 2)
-            return self._data("mock" + "x" * (length - 4))
+            return self._data("mock" + suffix + "x" * (length - 4 - len(suffix)))
         if kind == "integer":
-            return self._data(_number(schema.get("minimum"), int))
+            return self._data(_number(schema.get("minimum"), int) + variant)
         if kind == "number":
-            return self._data(_number(schema.get("minimum"), float))
+            return self._data(_number(schema.get("minimum"), float) + variant)
         if kind == "boolean":
-            return False, 5
+            return bool(variant % 2), 5 if variant % 2 == 0 else 4
         return None, 4
+
+    def _object(self, schema: Mapping[str, Any], depth: int, variant: int) -> tuple[Any, int]:
+        """The required properties, then (``minProperties``) the optional ones, then
+        ``extraN`` properties where ``additionalProperties`` allows them."""
+        props = schema.get("properties")
+        props = props if isinstance(props, Mapping) else {}
+        required = schema.get("required")
+        names = [n for n in (required if isinstance(required, list) else list(props))]
+        wanted = _count(schema.get("minProperties"))
+        names += [n for n in props if n not in names][: max(0, wanted - len(names))]
+        additional = schema.get("additionalProperties", {})
+        extra = 0
+        while len(set(names)) < wanted and additional is not False and extra < wanted:
+            extra += 1
+            names.append(f"extra{extra}")
+        out: dict[str, Any] = {}
+        size = 2
+        for name in names:
+            if not isinstance(name, str) or name in out:
+                continue
+            sub = props.get(name, additional if name.startswith("extra") else {})
+            item, item_size = self.build(
+                sub if isinstance(sub, Mapping) else {}, depth + 1, variant
+            )
+            size = self._fits(size + len(json.dumps(name)) + 2 + item_size + 2 * bool(out))
+            out[name] = item
+        return out, size
+
+    def _array(self, schema: Mapping[str, Any], depth: int) -> tuple[Any, int]:
+        """``minItems`` items; ``minContains`` (1 by default) of them from ``contains``;
+        distinct variants when ``uniqueItems``. Sized before anything large is built."""
+        contains = schema.get("contains")
+        holding = (
+            max(1, _count(schema.get("minContains", 1))) if isinstance(contains, Mapping) else 0
+        )
+        count = max(_count(schema.get("minItems")), holding)
+        self._fits(1 + 2 * count)  # every item takes at least a digit and a comma
+        items = schema.get("items")
+        items = items if isinstance(items, Mapping) else {}
+        if schema.get("uniqueItems") is True and count > 1:
+            out: list[Any] = []
+            size = 2
+            for i in range(count):
+                sub = contains if i < holding else items
+                item, item_size = self.build(sub, depth + 1, i)
+                size = self._fits(size + item_size + 2 * bool(out))
+                out.append(item)
+            return out, size
+        # Identical items: sized first, then built by reference (never a large copy).
+        first, first_size = self.build(contains, depth + 1) if holding else (None, 0)
+        rest, rest_size = self.build(items, depth + 1) if count > holding else (None, 0)
+        size = self._fits(
+            2 + holding * first_size + (count - holding) * rest_size + 2 * max(0, count - 1)
+        )
+        return [first] * holding + [rest] * (count - holding), size
 
 
 def _count(value: Any) -> int:

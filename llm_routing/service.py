@@ -184,6 +184,7 @@ def chat(
     """
     request = build_chat_request(messages, tools=tools, chain=chain, stream=stream, **params)
     if stream:
+        _check_chain(request)
         return route_stream(request)
     return execute(request)
 
@@ -191,7 +192,6 @@ def chat(
 async def aaudit(**kwargs: Any) -> RoutingResult:
     """:func:`audit` as a coroutine, for async views and tasks: the same arguments,
     validation and result; the provider calls never block the event loop."""
-    await snapshot.acurrent()  # fresh: validating the chain's name reads it with no I/O
     return await aexecute(build_request(**kwargs))
 
 
@@ -241,8 +241,9 @@ async def achat(
     of ``StreamChunk`` … ending in one ``StreamResult`` or ``StreamFailure``
     (``async for event in await achat(..., stream=True)``; close it early with
     ``aclose()`` and the decision records ``client_disconnected``)."""
-    await snapshot.acurrent()  # fresh: validating the chain's name reads it with no I/O
+    await snapshot.acurrent()  # fresh: the chain check reads it with no I/O
     request = build_chat_request(messages, tools=tools, chain=chain, stream=stream, **params)
     if stream:
+        _check_chain(request, snapshot.latest())
         return aroute_stream(request)
     return await aexecute(request)

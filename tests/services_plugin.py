@@ -4,8 +4,8 @@ with ``-p tests.services_plugin``.
 * Selects ``tests.settings_services`` (PostgreSQL + Redis) before pytest-django
   configures Django.
 * Marks every test of the HTTP API modules (``tests/test_api*.py``,
-  ``tests/test_openai_compat*.py``) ``services``, so ``-m services`` runs the whole
-  API suite again on the real databases.
+  ``tests/test_openai_compat*.py``, ``tests/test_faces*.py``) ``services``, so
+  ``-m services`` runs the whole API suite again on the real databases.
 * Serves ``live_server`` with the project's ASGI application under uvicorn (the
   server of the shipped gunicorn.conf.py's workers; the embedded suite keeps
   pytest-django's WSGI live server), so the API suite runs again through the async
@@ -28,7 +28,7 @@ import pytest
 
 os.environ["DJANGO_SETTINGS_MODULE"] = "tests.settings_services"
 
-API_MODULE_PREFIXES = ("test_api", "test_openai_compat")
+API_MODULE_PREFIXES = ("test_api", "test_openai_compat", "test_faces")
 
 
 @pytest.hookimpl(tryfirst=True)

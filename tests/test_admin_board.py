@@ -57,8 +57,9 @@ def board_rows(html: str) -> dict[tuple[str, str], str]:
     return out
 
 
-def health_state(api: Any, name: str) -> str:
-    providers = {p["name"]: p for p in api.get("/health/").json()["providers"]}
+def health_state(client: Any, name: str) -> str:
+    """The circuit state in /health/'s operator view (staff: every provider)."""
+    providers = {p["name"]: p for p in client.get("/health/").json()["providers"]}
     return str(providers[name]["health"]["state"])
 
 
@@ -76,13 +77,13 @@ def test_board_lists_every_circuit(admin_client, rows):
 
 
 def test_reset_closes_the_circuit_logs_it_and_health_agrees(admin_client, api, rows):
-    assert health_state(api, "a") == "open"
+    assert health_state(admin_client, "a") == "open"
     response = admin_client.post(
         reverse(BOARD), {"action": "reset", "provider": "a", "model": "a-model"}
     )
     assert response.status_code == 302
     assert breaker.store.load("a", "a-model").phase(breaker.store.clock()) == "closed"
-    assert health_state(api, "a") == "closed"
+    assert health_state(admin_client, "a") == "closed"
     entry = LogEntry.objects.get(object_id=str(rows["a"].pk))
     assert "Reset the circuit of model 'a-model'" in entry.get_change_message()
 

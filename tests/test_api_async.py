@@ -343,9 +343,16 @@ def test_429_is_the_same_on_both_faces(token: str, chain: Any, url: str, body: A
 # --- /health/ ---------------------------------------------------------------------------
 
 
-def test_health_is_the_same_on_both_faces(token: str, scripted: Any, key_env: str) -> None:
+def test_health_is_the_same_on_both_faces(
+    token: str, user: Any, scripted: Any, key_env: str
+) -> None:
     make_provider("a", kind="scripted")
     make_provider("b", kind="mock", api_key_env="")
+    sync, asynch = both_faces("get", "/health/", token=f"Token {token}")
+    assert_same(sync, asynch, status=200)  # a caller's summary
+    assert asynch.json() == {"status": "ok", "cache": "ok"}
+    user.is_staff = True
+    user.save()  # the operator's view: every provider
     sync, asynch = both_faces("get", "/health/", token=f"Token {token}")
     assert_same(sync, asynch, status=200)
     body = asynch.json()
@@ -583,12 +590,12 @@ def test_a_principal_is_computed_once_per_cached_user(
     assert decision is not None and decision.user_pk == str(user.pk)
 
 
-def test_an_unknown_chain_is_a_400_on_the_async_face_too(aclient: AsyncClient, chain: Any) -> None:
+def test_an_unknown_chain_is_a_404_on_the_async_face_too(aclient: AsyncClient, chain: Any) -> None:
     """The chain check reads the config snapshot during admit, on the event loop."""
     body = {"task": "t", "input_text": "hi", "chain": "nonexistent"}
     response = apost(aclient, "/audit/", body)
-    assert response.status_code == 400
-    assert "'nonexistent'" in response.json()["chain"][0]
+    assert response.status_code == 404
+    assert "'nonexistent'" in response.json()["detail"]
     served = apost(aclient, "/audit/", {**body, "chain": "main"})
     assert served.status_code == 200
     assert served.json()["routing_metadata"]["chain_name"] == "main"

@@ -177,7 +177,7 @@ def test_tool_call_arguments_must_be_a_json_object(api, tooled):
     bad[2]["tool_calls"][0]["function"]["arguments"] = "not json"
     response = post(api, {"task": "chat", "messages": bad})
     assert response.status_code == 400
-    assert "tool_calls.0" in response.json()["messages"]["2"]
+    assert "tool_calls.0.function.arguments" in response.json()["messages"]["2"]
 
 
 @override_settings(LLM_ROUTING={"MAX_MESSAGES": 3, "MAX_INPUT_CHARS": 400})

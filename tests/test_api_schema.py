@@ -22,6 +22,9 @@ ENDPOINTS = {
     ("get", "/health/"),
     ("post", "/v1/chat/completions"),
     ("get", "/v1/models"),
+    ("post", "/v1/responses"),
+    ("post", "/v1/messages"),
+    ("post", "/v1/messages/count_tokens"),
 }
 
 
@@ -98,14 +101,16 @@ def test_audit_examples_have_the_shape_of_a_real_answer(api: APIClient) -> None:
         assert set(attempt) == set(real["routing_metadata"]["attempts"][0]), name
 
 
-def test_health_example_has_the_shape_of_a_real_answer(api: APIClient) -> None:
+def test_health_example_has_the_shape_of_a_real_answer(api: APIClient, admin_client: Any) -> None:
     from .conftest import make_provider
 
     make_provider("openai-main", kind="openai", api_key_env="OPENAI_API_KEY")
-    real = api.get("/health/").json()
+    real = admin_client.get("/health/").json()  # the operator's view
     example = schema_docs.HEALTH["examples"][0].value
     assert keys(example["providers"][0]) == keys(real["providers"][0])
     assert set(example) == set(real)
+    summary = schema_docs.HEALTH["examples"][1].value  # a caller's
+    assert summary == api.get("/health/").json()
 
 
 def test_models_example_has_the_shape_of_a_real_answer(api: APIClient) -> None:

@@ -158,7 +158,7 @@ def test_a_custom_adapters_mid_stream_error_text_is_redacted(
 
 
 def test_a_client_disconnect_is_not_the_providers_failure(
-    fake_upstream: FakeUpstream, clock: FakeClock, api: Any
+    fake_upstream: FakeUpstream, clock: FakeClock, admin_client: Any
 ) -> None:
     broken_after_first_chunk(fake_upstream)
     fake_upstream.script("openai", Faults.stream(interval=0.05))
@@ -169,7 +169,7 @@ def test_a_client_disconnect_is_not_the_providers_failure(
     assert row.error_category == "client_disconnected"
     circuit = breaker.store.load("oa", "openai-model")
     assert circuit.failures == 0 and circuit.last_error_category is None
-    health = api.get("/health/").json()
+    health = admin_client.get("/health/").json()  # the operator's view
     (oa,) = [p for p in health["providers"] if p["name"] == "oa"]
     assert oa["health"]["last_error_category"] is None
 

@@ -1,7 +1,9 @@
 """A chain name that does not exist is an error naming it everywhere — ``/audit/``,
 explain (API and admin page), the Python API, ``/v1`` — never a silent fall back to the
-default chain. An unknown *provider* keeps its behaviour: an ``unknown_provider`` skip,
-then the rest of the chain. On main, the first five tests fail (the default chain
+default chain. Over HTTP it is the 404 of access.may_see: a chain that does not exist and
+one the caller may not use get the same status and words. An unknown *provider* keeps
+its behaviour: an ``unknown_provider`` skip, then the rest of the chain. On main before
+this branch, the /audit/, admin-page and Python-API tests fail (the default chain
 answered, or ``/audit/`` refused ``chain`` as an unknown field)."""
 
 from __future__ import annotations
@@ -37,12 +39,23 @@ def _names_it(messages: list[str]) -> bool:
     return any("'nonexistent'" in m for m in messages)
 
 
+HIDDEN = "No chain 'nonexistent' that you may use."
+
+
 @pytest.mark.usefixtures("demo")
-def test_audit_answers_400_naming_the_chain(api: APIClient) -> None:
+def test_audit_answers_404_naming_the_chain(api: APIClient, django_user_model: Any) -> None:
     body = {"task": "summarize", "input_text": "x", "chain": "nonexistent"}
     response = api.post("/audit/", body, format="json")
-    assert response.status_code == 400
-    assert _names_it(response.json()["chain"])
+    assert response.status_code == 404
+    assert response.json()["detail"] == HIDDEN
+    # A chain this caller may not use reads the same (no enumeration of chain names).
+    from llm_routing.models import Chain
+
+    secret = Chain.objects.get(name="cheap")
+    secret.allowed_users.add(django_user_model.objects.create_user("zed", password="pw-zed-12"))
+    hidden = api.post("/audit/", {**body, "chain": "cheap"}, format="json")
+    assert hidden.status_code == 404
+    assert hidden.json()["detail"] == HIDDEN.replace("nonexistent", "cheap")
 
 
 @pytest.mark.usefixtures("demo")
@@ -53,10 +66,10 @@ def test_audit_routes_through_a_chain_named_by_the_caller(api: APIClient) -> Non
 
 
 @pytest.mark.usefixtures("demo")
-def test_explain_api_answers_400_naming_the_chain(api: APIClient) -> None:
+def test_explain_api_answers_404_naming_the_chain(api: APIClient) -> None:
     response = api.get("/audit/explain/", {"task": "summarize", "chain": "nonexistent"})
-    assert response.status_code == 400
-    assert _names_it(response.json()["chain"])
+    assert response.status_code == 404
+    assert response.json()["detail"] == HIDDEN
 
 
 @pytest.mark.usefixtures("demo")

@@ -1,10 +1,12 @@
 """DRF token authentication with the token → user lookup cached briefly in process.
 
-``Authorization: Token <key>`` (:class:`TokenAuthentication`) and ``Authorization:
-Bearer <key>`` (:class:`BearerTokenAuthentication`, what OpenAI clients send) use the
-same DRF tokens. A looked-up token is kept in this process for :data:`TOKEN_CACHE_TTL_S`
-(5 s), so a request normally costs no query for authentication (and, through the cached
-user, none for the caller's groups and permissions either).
+``Authorization: Token <key>`` (:class:`TokenAuthentication`), ``Authorization:
+Bearer <key>`` (:class:`BearerTokenAuthentication`, what OpenAI clients send) and, on
+``/v1/messages``, ``x-api-key: <key>`` (:class:`ApiKeyHeaderAuthentication`, what the
+Anthropic SDK sends) use the same DRF tokens. A looked-up token is kept in this process
+for :data:`TOKEN_CACHE_TTL_S` (5 s), so a request normally costs no query for
+authentication (and, through the cached user, none for the caller's groups and
+permissions either).
 
 Staleness (docs/production.md, "Caches and their staleness"): in the process where the
 change is made, deleting a token, saving a user, or changing a user's groups or
@@ -23,11 +25,12 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.db.models.signals import m2m_changed, post_delete, post_save
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
-from rest_framework import authentication
+from rest_framework import authentication, exceptions
 
 __all__ = [
     "TOKEN_CACHE_MAX_ENTRIES",
     "TOKEN_CACHE_TTL_S",
+    "ApiKeyHeaderAuthentication",
     "BearerTokenAuthentication",
     "TokenAuthentication",
     "clear_token_cache",
@@ -90,6 +93,31 @@ class BearerTokenAuthentication(TokenAuthentication):
     keyword = "Bearer"
 
 
+class ApiKeyHeaderAuthentication(TokenAuthentication):
+    """The same DRF tokens in the ``x-api-key`` header (what the Anthropic SDK sends).
+    ``/v1/messages`` adds it after the configured authenticators when those use tokens."""
+
+    header = "HTTP_X_API_KEY"
+
+    def authenticate(self, request: Any) -> tuple[Any, Any] | None:
+        key = request.META.get(self.header)
+        if not key:
+            return None
+        if not isinstance(key, str) or " " in key.strip():
+            raise exceptions.AuthenticationFailed("Invalid x-api-key header.")
+        return self.authenticate_credentials(key.strip())
+
+    def authenticate_header(self, request: Any) -> str:
+        return "x-api-key"
+
+    def answers_from_memory(self, request: Any) -> bool | None:
+        key = request.META.get(self.header)
+        if not key:
+            return None
+        hit = _cache.get(str(key).strip())
+        return _connected and hit is not None and hit[0] > _clock()
+
+
 def _on_token_deleted(sender: Any, instance: Any, **kwargs: Any) -> None:
     with _lock:
         _cache.pop(str(instance.key), None)
@@ -119,3 +147,16 @@ class BearerTokenScheme(OpenApiAuthenticationExtension):
 
     def get_security_definition(self, auto_schema: Any) -> dict[str, str]:
         return {"type": "http", "scheme": "bearer", "description": "The same DRF token."}
+
+
+class ApiKeyHeaderScheme(OpenApiAuthenticationExtension):
+    target_class = "llm_routing.api.authentication.ApiKeyHeaderAuthentication"
+    name = "apiKeyHeader"
+
+    def get_security_definition(self, auto_schema: Any) -> dict[str, str]:
+        return {
+            "type": "apiKey",
+            "in": "header",
+            "name": "x-api-key",
+            "description": "The same DRF token (Anthropic clients; /v1/messages only).",
+        }

@@ -2,6 +2,11 @@
 :func:`llm_routing.chat`: messages, tools, ``tool_choice``, ``stop``, and the strict
 scalar fields (no coercion: ``true`` is not a number, ``"yes"`` is not a boolean).
 
+The input boundary (:mod:`llm_routing.boundary`) reaches the serializers through
+:func:`check_input` (called first by every root request serializer), :func:`json_text`
+(JSON carried as text: tool-call ``arguments``, explain's ``schema``) and
+:class:`ClosedSerializer` (nested objects whose keys OpenAI's schema closes).
+
 Messages and tools arrive in OpenAI's JSON shapes and leave as the router's
 :class:`~llm_routing.types.Message` / :class:`~llm_routing.types.Tool` objects. Errors
 name the place: ``{"messages": {"2": {"tool_call_id": ["…"]}}}``.
@@ -17,12 +22,14 @@ from typing import Any
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from ..boundary import CheckedObject, InputRefused, Path, check, parse_json_text
 from ..conf import routing_settings
 from ..schemas import SchemaRefused, check_schema
 from ..types import AuditRequest, ContentPart, ForcedTool, Message, Tool, ToolCall, ToolChoice
 
 __all__ = [
     "ROLES",
+    "ClosedSerializer",
     "MessagesField",
     "SamplingSerializer",
     "StopField",
@@ -33,7 +40,9 @@ __all__ = [
     "ToolChoiceField",
     "ToolsField",
     "check_conversation",
+    "check_input",
     "check_json_schema",
+    "json_text",
     "tool_choice_to_dict",
 ]
 
@@ -46,6 +55,42 @@ MAX_STOP = 4
 # accepted when null or empty, since the router has nothing to pass on for them.
 IGNORED_WHEN_EMPTY = frozenset({"refusal", "audio", "function_call", "annotations"})
 MESSAGE_KEYS = frozenset({"role", "content", "name", "tool_calls", "tool_call_id"})
+
+
+def check_input(data: Any) -> None:
+    """The input boundary for a request's data, as a 400 naming the field: a no-op for a
+    body the HTTP parser already checked (:class:`~llm_routing.boundary.CheckedObject`);
+    the Python API's arguments and explain's query are walked here. Every root request
+    serializer calls it before anything else."""
+    if isinstance(data, CheckedObject):
+        return
+    try:
+        check(data)
+    except InputRefused as exc:
+        raise serializers.ValidationError(exc.as_detail()) from None
+
+
+def json_text(text: str, path: Path = ()) -> Any:
+    """JSON carried as text inside a request, parsed through the input boundary (the
+    same depth limit, no NaN, no lone surrogate); a ValidationError otherwise."""
+    try:
+        return parse_json_text(text, path=path)
+    except InputRefused as exc:
+        raise serializers.ValidationError(exc.reason) from None
+
+
+class ClosedSerializer(serializers.Serializer):
+    """A nested object whose keys OpenAI's schema closes: an unknown key is a 400
+    naming it (``response_format.json_schema.schemas``), never silently ignored."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        if isinstance(data, Mapping):
+            unknown = sorted(str(k) for k in set(data) - set(self.fields))
+            if unknown:
+                raise serializers.ValidationError(
+                    {name[:64]: ["Unknown field."] for name in unknown[:20]}
+                )
+        return super().to_internal_value(data)
 
 
 def check_json_schema(schema: Any) -> str | None:
@@ -249,9 +294,10 @@ def _tool_calls(raw: Any, at: str, problems: _Problems) -> tuple[ToolCall, ...]:
             problems.add(at, key, "function.arguments must be a JSON object as a string.")
         else:
             try:
-                parsed = json.loads(arguments)
-            except ValueError:
-                parsed = None
+                parsed = json_text(arguments)
+            except serializers.ValidationError as exc:
+                problems.add(at, f"{key}.function.arguments", _first_error(exc))
+                continue
             if not isinstance(parsed, dict):
                 problems.add(at, key, "function.arguments must be a JSON object as a string.")
             else:

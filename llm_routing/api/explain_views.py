@@ -3,30 +3,32 @@ calling any provider, recording anything or touching circuit state."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 from typing import Any
 
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers
+from rest_framework.exceptions import NotFound
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from ..access import principal_for
+from ..access import Viewer, may_see, viewer_for
+from ..explanation import CandidateExplanation, Explanation
 from ..router import explain
+from ..snapshot import ConfigSnapshot, current
 from ..types import AuditRequest
 from .base import RoutingAPIView
+from .chat_serializers import check_input, json_text
 from .schema_docs import EXPLAIN, documented
 from .serializers import (
     SLUG_RE,
     AuditRequestSerializer,
     StrictRegexField,
     check_one_provider_choice,
-    known_chain,
 )
 
-__all__ = ["ExplainQuerySerializer", "ExplainView"]
+__all__ = ["ExplainQuerySerializer", "ExplainView", "hidden_chain", "visible_explanation"]
 
 
 class ExplainQuerySerializer(serializers.Serializer):
@@ -45,19 +47,16 @@ class ExplainQuerySerializer(serializers.Serializer):
         help_text="A JSON Schema object (as JSON text): the request needs structured output.",
     )
 
+    def to_internal_value(self, data: Any) -> Any:
+        check_input(data)  # the input boundary (llm_routing.boundary), as for /audit/
+        return super().to_internal_value(data)
+
     def validate_schema(self, value: str) -> dict[str, Any] | None:
         if not value.strip():
             return None
-        try:
-            parsed = json.loads(value)
-        except ValueError:
-            message = "Expected JSON text of a JSON Schema object."
-            raise serializers.ValidationError(message) from None
+        parsed = json_text(value)  # the same depth limit, no NaN, no lone surrogate
         checked: dict[str, Any] | None = AuditRequestSerializer().validate_response_schema(parsed)
         return checked
-
-    def validate_chain(self, value: str) -> str:
-        return known_chain(value) or ""
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         check_one_provider_choice(attrs)
@@ -88,6 +87,47 @@ _PARAMS = [
 ]
 
 
+def hidden_chain(name: str) -> NotFound:
+    """The 404 of a chain that does not exist or that the caller may not use: the same
+    status and words for both, so chain names cannot be enumerated."""
+    return NotFound(f"No chain {name!r} that you may use.", code="unknown_chain")
+
+
+def visible_explanation(
+    explanation: Explanation, viewer: Viewer, config: ConfigSnapshot | None = None
+) -> dict[str, object]:
+    """``explanation.to_dict()`` as ``viewer`` may see it (:func:`access.may_see`): a
+    candidate they may not see is left out — or, when they named it themselves, shown
+    exactly as a provider that does not exist — and a chain or rule they may not see is
+    not named. Positions are renumbered, so a left-out candidate leaves no gap."""
+    data = explanation.to_dict()
+    if viewer.principal is None or viewer.operator:
+        return data
+    config = config or current()
+    named = {explanation.plan.requested_provider}
+    shown: list[CandidateExplanation] = []
+    for c in explanation.candidates:
+        if may_see(viewer, "provider", c.provider, config=config):
+            shown.append(c)
+        elif c.provider in named:  # the caller's own word: answered as an unknown name
+            shown.append(
+                CandidateExplanation(c.position, c.provider, "", "skip", "unknown_provider")
+            )
+    shown = [replace(c, position=i) for i, c in enumerate(shown)]
+    chain = explanation.plan.chain_name
+    if (
+        chain
+        and config.chain(chain) is not None
+        and not may_see(viewer, "chain", chain, config=config)
+    ):
+        data["chain_name"] = None
+        data["rule"] = None
+    first = next((c for c in shown if c.verdict == "try"), None)
+    data["would_serve_first"] = first.provider if first else None
+    data["candidates"] = [c.to_dict() for c in shown]
+    return data
+
+
 class ExplainView(RoutingAPIView):
     """Same authentication, permissions and throttles as ``POST /audit/``."""
 
@@ -95,7 +135,13 @@ class ExplainView(RoutingAPIView):
     def get(self, request: Request) -> Response:
         query = ExplainQuerySerializer(data=request.query_params.dict())
         query.is_valid(raise_exception=True)
-        # The caller's identity, as /audit/ would carry it: what they may not use shows
-        # as not_allowed (no 403 here — explaining a refusal is the point).
-        audit_request = replace(query.to_request(), principal=principal_for(request.user))
-        return Response(explain(audit_request).to_dict())
+        # The caller's identity, as /audit/ would carry it: what they may use but not now
+        # shows as not_allowed (no 403 here — explaining a refusal is the point); what
+        # they may not see is answered as what does not exist (access.may_see).
+        viewer = viewer_for(request.user)
+        config = current()
+        audit_request = replace(query.to_request(), principal=viewer.principal)
+        chain = audit_request.chain
+        if chain and (config.chain(chain) is None or not may_see(viewer, "chain", chain)):
+            raise hidden_chain(chain)
+        return Response(visible_explanation(explain(audit_request), viewer, config))

@@ -7,11 +7,10 @@ any other gets 401. A plain Django view: no session, no DRF authentication or th
 
 from __future__ import annotations
 
-import hmac
-
 from django.http import Http404, HttpRequest, HttpResponse
 from django.views.decorators.http import require_GET
 
+from ..access import holds_operator_token
 from ..conf import routing_settings
 
 __all__ = ["metrics_view"]
@@ -22,10 +21,7 @@ def metrics_view(request: HttpRequest) -> HttpResponse:
     token = routing_settings.METRICS_TOKEN
     if not token:
         raise Http404("Metrics are off.")
-    scheme, _, given = request.headers.get("Authorization", "").partition(" ")
-    if scheme.lower() != "bearer" or not hmac.compare_digest(
-        given.strip().encode(), str(token).encode()
-    ):
+    if not holds_operator_token(request.headers):
         response = HttpResponse("Unauthorized.\n", status=401, content_type="text/plain")
         response["WWW-Authenticate"] = 'Bearer realm="metrics"'
         return response

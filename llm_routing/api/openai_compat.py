@@ -31,7 +31,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from .. import pricing, snapshot
-from ..access import principal_for, provider_allowed
+from ..access import NOBODY, Viewer, may_see, viewer_for
 from ..conf import routing_settings
 from ..logging import current_request_id
 from ..router import aroute_stream, route_stream
@@ -47,6 +47,7 @@ from ..types import (
 from .base import RoutingAPIView
 from .budget_guard import BudgetRefused
 from .chat_serializers import (
+    ClosedSerializer,
     MessagesField,
     SamplingSerializer,
     StrictBooleanField,
@@ -55,11 +56,12 @@ from .chat_serializers import (
     ToolChoiceField,
     ToolsField,
     check_conversation,
+    check_input,
     check_json_schema,
 )
 from .reuse import reused
 from .schema_docs import CHAT_COMPLETIONS, MODELS
-from .serializers import ToolCallSerializer, output_tokens_within_limit
+from .serializers import StrictRegexField, ToolCallSerializer, output_tokens_within_limit
 from .sse import SSENegotiationMixin, aclose_events, closing_events, sse, sse_response
 
 __all__ = [
@@ -70,6 +72,10 @@ __all__ = [
     "OpenAIErrorSerializer",
     "finish_reason",
 ]
+
+#: The ``/v1`` faces a ``GET /v1/models`` entry can be named on: every chain, route and
+#: provider serves every face (any vendor kind behind it translates each one).
+SERVED_FACES = ("/v1/chat/completions", "/v1/responses", "/v1/messages")
 
 #: Known OpenAI parameters the router does not implement, accepted only with a value
 #: that asks for nothing (the neutral default); anything else is a 400 naming them.
@@ -115,7 +121,7 @@ def check_response_schema(schema: Any) -> str | None:
     return check_json_schema(schema)
 
 
-class JsonSchemaFormatSerializer(serializers.Serializer):
+class JsonSchemaFormatSerializer(ClosedSerializer):
     name = StrictCharField(required=False, max_length=64)
     description = StrictCharField(required=False, allow_blank=True)
     schema = serializers.JSONField()
@@ -132,7 +138,7 @@ class JsonSchemaFormatSerializer(serializers.Serializer):
         return value
 
 
-class ResponseFormatSerializer(serializers.Serializer):
+class ResponseFormatSerializer(ClosedSerializer):
     type = serializers.ChoiceField(choices=["text", "json_object", "json_schema"])
     json_schema = JsonSchemaFormatSerializer(required=False)
 
@@ -144,7 +150,7 @@ class ResponseFormatSerializer(serializers.Serializer):
         return attrs
 
 
-class StreamOptionsSerializer(serializers.Serializer):
+class StreamOptionsSerializer(ClosedSerializer):
     include_usage = StrictBooleanField(required=False, default=False)
 
 
@@ -154,7 +160,11 @@ class ChatCompletionRequestSerializer(SamplingSerializer):
     An unknown top-level parameter is a 400 naming it; the parameters listed in
     :data:`NEUTRAL_VALUES` are accepted only with their neutral value."""
 
-    model = serializers.RegexField(r"^[-a-zA-Z0-9_.:]+$", max_length=64)
+    model = StrictRegexField(
+        r"^[-a-zA-Z0-9_.:]+$",
+        max_length=64,
+        error_messages={"invalid": "Enter a model name: letters, digits, '-', '_', '.', ':'."},
+    )
     messages = MessagesField()
     tools = ToolsField(required=False, allow_null=True)
     tool_choice = ToolChoiceField(required=False, allow_null=True)
@@ -165,6 +175,7 @@ class ChatCompletionRequestSerializer(SamplingSerializer):
     n = StrictIntegerField(required=False, allow_null=True, min_value=1, max_value=1)
 
     def to_internal_value(self, data: Any) -> Any:
+        check_input(data)  # the input boundary, once (llm_routing.boundary)
         if isinstance(data, Mapping):
             for name in data:
                 if name in NEUTRAL_VALUES:
@@ -228,7 +239,26 @@ def _select(model: str) -> dict[str, Any]:
         return {"route": model}
     if model == "mock" or config.provider(model) is not None:
         return {"provider": model}
-    raise exceptions.NotFound(f"The model {model!r} does not exist (see GET /v1/models).")
+    raise model_not_found(model)
+
+
+def model_not_found(model: str) -> exceptions.NotFound:
+    """The 404 of a ``model`` that names nothing, or something the caller may not use:
+    the same status, code and words for both, so names cannot be enumerated."""
+    return exceptions.NotFound(
+        f"The model {model!r} does not exist or you do not have access to it (see GET /v1/models).",
+        code="model_not_found",
+    )
+
+
+def visible_model(audit_request: AuditRequest, viewer: Viewer) -> bool:
+    """Whether ``viewer`` may see the chain, route or provider the request's ``model``
+    named (:func:`llm_routing.access.may_see`)."""
+    if audit_request.chain:
+        return may_see(viewer, "chain", audit_request.chain)
+    if audit_request.route:
+        return may_see(viewer, "route", audit_request.route, task=audit_request.task)
+    return may_see(viewer, "provider", audit_request.provider or "")
 
 
 # --- errors in OpenAI's envelope ------------------------------------------------------
@@ -366,7 +396,9 @@ def _headers(routed: RoutingResult) -> dict[str, str]:
     }
 
 
-def _error_response(routed: RoutingResult) -> Response:
+def _error_response(routed: RoutingResult, viewer: Viewer = NOBODY) -> Response:
+    """The error in OpenAI's envelope; a 503 names only the candidates ``viewer`` may
+    see (:func:`llm_routing.access.may_see`)."""
     err = routed.result.error
     category = err.category if err else "response"
     status_code, type_, code = _CATEGORY_STATUS.get(
@@ -378,6 +410,7 @@ def _error_response(routed: RoutingResult) -> Response:
         candidates = [
             {"provider": a.provider, "outcome": a.outcome, "reason": a.reason}
             for a in routed.metadata.attempts
+            if may_see(viewer, "provider", a.provider)
         ]
         reasons = ", ".join(f"{c['provider']}: {c['reason']}" for c in candidates) or "none"
         message = f"No provider could answer (request {routed.request_id}; {reasons})."
@@ -469,6 +502,7 @@ _CHAT_DOCS = _with_shapes(CHAT_COMPLETIONS)
 class ChatCompletionsView(SSENegotiationMixin, OpenAIErrorsMixin, RoutingAPIView):
     async_method = "post"
     admits_inline = True
+    viewer: Viewer = NOBODY  # set by admit: who is asking (access.viewer_for)
 
     @extend_schema(request=ChatCompletionRequestSerializer, **_CHAT_DOCS)
     def post(self, request: Request) -> HttpResponseBase:
@@ -479,18 +513,25 @@ class ChatCompletionsView(SSENegotiationMixin, OpenAIErrorsMixin, RoutingAPIView
         with reused(ChatCompletionRequestSerializer, request.data) as serializer:
             serializer.is_valid(raise_exception=True)
             audit_request = serializer.to_request()
+            model = serializer.validated_data["model"]
             opts = serializer.validated_data.get("stream_options") or {}
+        # What the caller may not use is answered as what does not exist (same 404).
+        self.viewer = viewer_for(request.user)
+        if not visible_model(audit_request, self.viewer):
+            raise model_not_found(model)
         return self.authorize(request, audit_request), bool(opts.get("include_usage"))
 
     def answer(self, request: Request, admitted: tuple[AuditRequest, bool]) -> HttpResponseBase:
         audit_request, include_usage = admitted
         if not audit_request.stream:
-            return _completion_response(execute(audit_request, request_id=current_request_id()))
+            routed = execute(audit_request, request_id=current_request_id())
+            return _completion_response(routed, self.viewer)
         request_id = current_request_id() or str(uuid.uuid4())
         events = route_stream(audit_request, request_id=request_id)
         first = next(events)
         if isinstance(first, StreamResult) and first.routed.result.status != "ok":
-            return _error_response(first.routed)  # nothing was sent yet: a real HTTP error
+            # nothing was sent yet: a real HTTP error
+            return _error_response(first.routed, self.viewer)
         frames = _Frames(request_id, include_usage=include_usage)
         body = (f for event in itertools.chain([first], events) for f in frames(event))
         return _stream_response(body, request_id, first)
@@ -500,9 +541,8 @@ class ChatCompletionsView(SSENegotiationMixin, OpenAIErrorsMixin, RoutingAPIView
     ) -> HttpResponseBase:
         audit_request, include_usage = admitted
         if not audit_request.stream:
-            return _completion_response(
-                await aexecute(audit_request, request_id=current_request_id())
-            )
+            routed = await aexecute(audit_request, request_id=current_request_id())
+            return _completion_response(routed, self.viewer)
         request_id = current_request_id() or str(uuid.uuid4())
         events = aroute_stream(audit_request, request_id=request_id)
         try:
@@ -512,7 +552,8 @@ class ChatCompletionsView(SSENegotiationMixin, OpenAIErrorsMixin, RoutingAPIView
             raise
         if isinstance(first, StreamResult) and first.routed.result.status != "ok":
             await aclose_events(events)
-            return _error_response(first.routed)  # nothing was sent yet: a real HTTP error
+            # nothing was sent yet: a real HTTP error
+            return _error_response(first.routed, self.viewer)
         frames = _Frames(request_id, include_usage=include_usage)
 
         async def body() -> AsyncIterator[bytes]:
@@ -526,10 +567,10 @@ class ChatCompletionsView(SSENegotiationMixin, OpenAIErrorsMixin, RoutingAPIView
         return _stream_response(body(), request_id, first)
 
 
-def _completion_response(routed: RoutingResult) -> Response:
+def _completion_response(routed: RoutingResult, viewer: Viewer = NOBODY) -> Response:
     """The ``chat.completion`` answer, or the error in OpenAI's envelope."""
     if routed.result.status != "ok":
-        return _error_response(routed)
+        return _error_response(routed, viewer)
     result = routed.result
     body = {
         "id": _completion_id(routed.request_id),
@@ -647,16 +688,25 @@ class ModelsView(OpenAIErrorsMixin, RoutingAPIView):
     )
     def get(self, request: Request) -> Response:
         created = 0
-        # Only what this caller may name (docs/operations.md, "Who may route where").
-        principal = principal_for(request.user)
+        # Only what this caller may use (access.may_see; docs/operations.md, "Who sees
+        # what"): /v1 routes every request with the task "chat".
+        viewer = viewer_for(request.user)
         config = snapshot.current()
-        ids: list[tuple[str, str]] = [(c.name, "chain") for c in config.allowed_chains(principal)]
+        ids: list[tuple[str, str]] = [
+            (name, "chain")
+            for name in sorted(config.chains)
+            if may_see(viewer, "chain", name, config=config)
+        ]
         routes = set(routing_settings.ROUTES or {}) | {r.route for r in config.rules if r.route}
-        ids += [(r, "route") for r in sorted(routes)]
+        ids += [
+            (r, "route")
+            for r in sorted(routes)
+            if may_see(viewer, "route", r, task="chat", config=config)
+        ]
         ids += [
             (name, "provider")
             for name, p in sorted(config.providers.items())
-            if p.enabled and provider_allowed(name, principal, config)
+            if p.enabled and may_see(viewer, "provider", name, config=config)
         ]
         if not any(name == "mock" for name, _ in ids):
             ids.append(("mock", "provider"))
@@ -666,5 +716,13 @@ class ModelsView(OpenAIErrorsMixin, RoutingAPIView):
             if name in seen:
                 continue
             seen.add(name)
-            data.append({"id": name, "object": "model", "created": created, "owned_by": kind})
+            data.append(
+                {
+                    "id": name,
+                    "object": "model",
+                    "created": created,
+                    "owned_by": kind,
+                    "faces": list(SERVED_FACES),  # the /v1 paths that take it as model
+                }
+            )
         return Response({"object": "list", "data": data}, status=status.HTTP_200_OK)

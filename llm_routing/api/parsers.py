@@ -1,4 +1,9 @@
-"""A JSON parser with a body-size cap (413) and a nesting-depth cap (400).
+"""A JSON parser with a body-size cap (413) and the input boundary (400).
+
+Every body it parses goes through :func:`llm_routing.boundary.check` — lone surrogates,
+NUL, NaN / Infinity, integers past 64 bits and nesting past ``MAX_JSON_DEPTH`` are a 400
+naming the field — and is handed on as a :class:`~llm_routing.boundary.CheckedObject`
+so that the serializers do not walk it again.
 
 It is deliberately not a ``JSONParser`` subclass: DRF hands JSON parsers
 ``request.body``, which Django refuses past ``DATA_UPLOAD_MAX_MEMORY_SIZE`` with its own
@@ -13,12 +18,13 @@ from collections.abc import Mapping
 from typing import IO, Any
 
 from rest_framework import renderers, status
-from rest_framework.exceptions import APIException, ParseError
+from rest_framework.exceptions import APIException, ParseError, ValidationError
 from rest_framework.parsers import BaseParser
 
+from ..boundary import CheckedObject, InputRefused, check
 from ..conf import routing_settings
 
-__all__ = ["LimitedJSONParser", "PayloadTooLarge", "json_depth"]
+__all__ = ["LimitedJSONParser", "PayloadTooLarge"]
 
 #: An oversized body is read and discarded up to this many bytes before the 413, so the
 #: client (still sending) reads the answer instead of a reset connection; a body larger
@@ -31,21 +37,6 @@ class PayloadTooLarge(APIException):
     status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
     default_detail = "Request body too large."
     default_code = "payload_too_large"
-
-
-def json_depth(value: Any) -> int:
-    """Nesting depth of a parsed JSON value, computed without recursion."""
-    deepest = 0
-    stack: list[tuple[Any, int]] = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, Mapping):
-            deepest = max(deepest, depth)
-            stack.extend((v, depth + 1) for v in item.values())
-        elif isinstance(item, list):
-            deepest = max(deepest, depth)
-            stack.extend((v, depth + 1) for v in item)
-    return deepest
 
 
 def _drain(stream: IO[Any] | None, declared: int) -> None:
@@ -88,7 +79,8 @@ class LimitedJSONParser(BaseParser):
             raise ParseError("JSON nested too deeply.") from None
         except (ValueError, UnicodeDecodeError) as exc:
             raise ParseError(f"JSON parse error - {exc}") from None
-        max_depth = int(routing_settings.MAX_JSON_DEPTH)
-        if json_depth(data) > max_depth:
-            raise ParseError(f"JSON nested deeper than {max_depth} levels.")
-        return data
+        try:
+            check(data)
+        except InputRefused as exc:
+            raise ValidationError(exc.as_detail()) from None
+        return CheckedObject(data) if isinstance(data, dict) else data

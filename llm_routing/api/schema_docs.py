@@ -492,17 +492,21 @@ def _circuit(model: str, state: str = "closed", **fields: Any) -> dict[str, Any]
 
 
 HEALTH: dict[str, Any] = {
-    "summary": "Per-provider health",
+    "summary": "Health: a summary, or every provider for operators",
     "description": """\
-Passive health of every provider row: whether it is enabled, whether its key variable
-is set (never the key), and the circuit breaker of its model and of each model a chain
-entry overrides it with — state (`closed`, `open`, `half_open`), consecutive failures,
-when it reopens, the last success and the last error's category and HTTP status.
+Every authenticated caller gets the summary: `status` and `cache` (`ok`, or `degraded`
+while the circuit cache is unreachable). **Operators** — staff users, superusers, or a
+request carrying `Authorization: Bearer <LLM_ROUTING["METRICS_TOKEN"]>` (no user
+needed) — also get `providers`: the passive health of every provider row, whether it is
+enabled, whether its key variable is set (never the key), and the circuit breaker of its
+model and of each model a chain entry overrides it with — state (`closed`, `open`,
+`half_open`), consecutive failures, when it reopens, the last success and the last
+error's category and HTTP status. Provider names and key presence are internal
+information (docs/operations.md, "Who sees what").
 
 Health comes only from real calls: nothing is probed by this endpoint. Use it for
 dashboards and alerting (an `open` circuit means the router is skipping that model).
-It needs the same authentication as `/audit/`, because provider names and key presence
-are internal information. `manage.py llm_routing_circuits` shows the same from a shell.
+`manage.py llm_routing_circuits` shows the same from a shell.
 """,
     "responses": {
         200: OpenApiResponse(response=OpenApiTypes.OBJECT, description="Health per provider."),
@@ -548,7 +552,14 @@ are internal information. `manage.py llm_routing_circuits` shows the same from a
                     },
                 ],
             },
-            "`openai-main` is being skipped as `circuit_open` until `open_until`",
+            "An operator's view: `openai-main` is being skipped as `circuit_open` until "
+            "`open_until`",
+        ),
+        _response(
+            "A caller's summary",
+            "200",
+            {"status": "ok", "cache": "ok"},
+            "Any authenticated caller who is not an operator",
         ),
         _response("Not authenticated", "401", UNAUTHENTICATED, "No or an invalid token"),
         _response("Throttled", "429", THROTTLED, "Over the per-user rate"),
@@ -626,11 +637,10 @@ Types are strict and an unknown parameter is a 400 naming it.
         ),
         400: OpenApiResponse(response=OpenApiTypes.OBJECT, description="Invalid request."),
         401: OpenApiResponse(response=OpenApiTypes.OBJECT, description="Not authenticated."),
-        403: OpenApiResponse(
+        404: OpenApiResponse(
             response=OpenApiTypes.OBJECT,
-            description="Not allowed to route there (a chain or provider the caller may not use).",
+            description="Unknown `model`, or one the caller may not use (the same answer).",
         ),
-        404: OpenApiResponse(response=OpenApiTypes.OBJECT, description="Unknown `model`."),
         429: OpenApiResponse(
             response=OpenApiTypes.OBJECT, description="Throttled, or a budget is exhausted."
         ),
@@ -704,22 +714,16 @@ Types are strict and an unknown parameter is a 400 naming it.
             "No or an invalid token",
         ),
         _response(
-            "Not allowed",
-            "403",
-            _openai_error(
-                "You may not use the chain 'premium'.", "permission_error", "permission_denied"
-            ),
-            "A chain limited to other users or groups",
-        ),
-        _response(
             "Unknown model",
             "404",
             _openai_error(
-                "The model 'gpt-5' does not exist (see GET /v1/models).",
+                "The model 'gpt-5' does not exist or you do not have access to it "
+                "(see GET /v1/models).",
                 "invalid_request_error",
-                "not_found",
+                "model_not_found",
             ),
-            "`model` names no chain, route or provider",
+            "`model` names no chain, route or provider — or one you may not use: the "
+            "same answer, so names cannot be probed",
         ),
         _response(
             "Throttled",
@@ -773,14 +777,17 @@ Types are strict and an unknown parameter is a 400 naming it.
     ],
 }
 
+FACES = ["/v1/chat/completions", "/v1/responses", "/v1/messages"]
 MODELS: dict[str, Any] = {
     "summary": "List what `model` may name",
     "description": """\
-The names that `POST /v1/chat/completions` accepts as `model`, in OpenAI's list
-format: every chain (`owned_by: "chain"`), every route key of an enabled rule or of
+The names that `POST /v1/chat/completions`, `POST /v1/responses` and
+`POST /v1/messages` accept as `model`, in OpenAI's list format: every chain
+(`owned_by: "chain"`), every route key of an enabled rule or of
 `LLM_ROUTING["ROUTES"]` (`"route"`), every enabled provider (`"provider"`) and the
-built-in `mock`. OpenAI clients call it to discover models; use it to check a name
-before you configure a client.
+built-in `mock`. `faces` lists the paths each name can be used on (every vendor kind
+serves every face, so today each entry lists all three). OpenAI clients call it to
+discover models; use it to check a name before you configure a client.
 """,
     "responses": {
         200: OpenApiResponse(response=OpenApiTypes.OBJECT, description="The model list."),
@@ -794,10 +801,34 @@ before you configure a client.
             {
                 "object": "list",
                 "data": [
-                    {"id": "default", "object": "model", "created": 0, "owned_by": "chain"},
-                    {"id": "cheap", "object": "model", "created": 0, "owned_by": "route"},
-                    {"id": "openai-main", "object": "model", "created": 0, "owned_by": "provider"},
-                    {"id": "mock", "object": "model", "created": 0, "owned_by": "provider"},
+                    {
+                        "id": "default",
+                        "object": "model",
+                        "created": 0,
+                        "owned_by": "chain",
+                        "faces": FACES,
+                    },
+                    {
+                        "id": "cheap",
+                        "object": "model",
+                        "created": 0,
+                        "owned_by": "route",
+                        "faces": FACES,
+                    },
+                    {
+                        "id": "openai-main",
+                        "object": "model",
+                        "created": 0,
+                        "owned_by": "provider",
+                        "faces": FACES,
+                    },
+                    {
+                        "id": "mock",
+                        "object": "model",
+                        "created": 0,
+                        "owned_by": "provider",
+                        "faces": FACES,
+                    },
                 ],
             },
             "One entry per name",
@@ -858,6 +889,11 @@ new chain or rule before traffic reaches it, or to see why requests fall back. T
 query takes `task` (required), `route`, `provider`, `force_provider`, `chain`,
 `stream=true` and `schema` (a JSON Schema as JSON text). It cannot foresee a provider
 failing at call time. Same authentication, permissions and throttles as `/audit/`.
+
+It shows a caller only what they may use (docs/operations.md, "Who sees what"): a
+`chain` that does not exist or that they may not use is the same 404; a provider they
+may not use reads as `unknown_provider` when they named it and is left out otherwise,
+and a chain or rule they may not use is not named. Staff see everything.
 """,
     "responses": {
         200: OpenApiResponse(
@@ -868,6 +904,10 @@ failing at call time. Same authentication, permissions and throttles as `/audit/
             response=OpenApiTypes.OBJECT, description="Invalid query: errors keyed by field."
         ),
         401: OpenApiResponse(response=OpenApiTypes.OBJECT, description="Not authenticated."),
+        404: OpenApiResponse(
+            response=OpenApiTypes.OBJECT,
+            description="`chain` names no chain the caller may use (absent or not theirs).",
+        ),
         429: OpenApiResponse(response=OpenApiTypes.OBJECT, description="Throttled."),
     },
     "examples": [
@@ -906,6 +946,12 @@ failing at call time. Same authentication, permissions and throttles as `/audit/
             "`task` is missing",
         ),
         _response("Not authenticated", "401", UNAUTHENTICATED, "No or an invalid token"),
+        _response(
+            "No such chain",
+            "404",
+            {"detail": "No chain 'premium' that you may use."},
+            "`chain` does not exist, or the caller may not use it: the same answer",
+        ),
         _response("Throttled", "429", THROTTLED, "Over the per-user rate"),
     ],
 }

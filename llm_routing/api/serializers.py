@@ -9,7 +9,6 @@ from typing import Any
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from .. import snapshot
 from ..conf import routing_settings
 from ..schemas import SchemaRefused, check_schema
 from ..types import AuditRequest
@@ -21,6 +20,7 @@ from .chat_serializers import (
     ToolChoiceField,
     ToolsField,
     check_conversation,
+    check_input,
 )
 
 __all__ = [
@@ -29,22 +29,10 @@ __all__ = [
     "ChatCallSerializer",
     "StrictCharField",
     "check_one_provider_choice",
-    "known_chain",
     "output_tokens_within_limit",
 ]
 
 SLUG_RE = r"^[-a-zA-Z0-9_]+$"
-
-
-def _reject_bad_text(value: str) -> str:
-    """NUL and lone surrogates are refused (DRF's CharField checks, for dict keys too)."""
-    if "\x00" in value:
-        raise serializers.ValidationError("Null characters are not allowed.")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise serializers.ValidationError("Lone surrogate characters are not allowed.") from None
-    return value
 
 
 def output_tokens_within_limit(value: int | None) -> int | None:
@@ -101,24 +89,16 @@ class StrictStringMapField(serializers.Field):
             self.fail("too_many", max=max_keys)
         out: dict[str, str] = {}
         for key, value in data.items():
+            # NUL and lone surrogates: refused by the input boundary (check_input).
             if not isinstance(key, str) or not key or len(key) > max_key:
                 self.fail("bad_key", max=max_key)
-            _reject_bad_text(key)
             if not isinstance(value, str) or len(value) > max_value:
                 self.fail("bad_value", name=key[:64], max=max_value)
-            _reject_bad_text(value)
             out[key] = value
         return out
 
     def to_representation(self, value: Any) -> Any:
         return value
-
-
-def known_chain(value: str | None) -> str | None:
-    """A ``chain`` field's check: the name of an existing chain (a 400 naming it else)."""
-    if message := snapshot.unknown_chain(value):
-        raise serializers.ValidationError(message)
-    return value
 
 
 class AuditRequestSerializer(serializers.Serializer):
@@ -146,6 +126,7 @@ class AuditRequestSerializer(serializers.Serializer):
         return fields
 
     def to_internal_value(self, data: Any) -> Any:
+        check_input(data)  # the input boundary, once (llm_routing.boundary)
         if isinstance(data, Mapping):
             unknown = sorted(set(data) - set(self.fields))
             if unknown:
@@ -162,9 +143,6 @@ class AuditRequestSerializer(serializers.Serializer):
                 f"Ensure this field has no more than {limit} characters."
             )
         return value
-
-    def validate_chain(self, value: str | None) -> str | None:
-        return known_chain(value)
 
     def validate_instructions(self, value: str) -> str:
         limit = int(routing_settings.MAX_INSTRUCTIONS_CHARS)

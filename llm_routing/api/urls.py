@@ -6,8 +6,10 @@ from drf_spectacular.views import SpectacularAPIView
 from .docs_views import SwaggerAssetView, SwaggerDocsView
 from .explain_views import ExplainView
 from .job_views import AuditJobView
+from .messages_face import CountTokensView, MessagesView
 from .metrics_views import metrics_view
 from .openai_compat import ChatCompletionsView, ModelsView
+from .responses_face import ResponsesView
 from .views import AuditView, HealthView
 
 app_name = "llm_routing"
@@ -19,6 +21,9 @@ urlpatterns = [
     path("health/", HealthView.as_view(), name="health"),
     path("v1/chat/completions", ChatCompletionsView.as_view(), name="chat-completions"),
     path("v1/models", ModelsView.as_view(), name="models"),
+    path("v1/responses", ResponsesView.as_view(), name="responses"),
+    path("v1/messages", MessagesView.as_view(), name="messages"),
+    path("v1/messages/count_tokens", CountTokensView.as_view(), name="messages-count-tokens"),
     path("metrics", metrics_view, name="metrics"),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SwaggerDocsView.as_view(), name="docs"),

@@ -6,13 +6,17 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any, NamedTuple
 
+from django.contrib.auth.models import AnonymousUser
 from django.http.response import HttpResponseBase
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
+from rest_framework.authentication import BaseAuthentication
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from .. import pricing
+from .. import pricing, snapshot
+from ..access import holds_operator_token, may_see, viewer_for
 from ..logging import current_request_id
 from ..models import Provider
 from ..resilience import breaker
@@ -20,6 +24,7 @@ from ..router import aroute_stream, route_stream
 from ..service import aexecute, execute
 from ..types import AuditRequest, RouterStreamEvent, RoutingResult, StreamChunk, StreamResult
 from .base import RoutingAPIView, in_thread
+from .explain_views import hidden_chain
 from .job_views import submit_job
 from .reuse import reused
 from .schema_docs import AUDIT, HEALTH, documented
@@ -44,6 +49,13 @@ class AuditView(SSENegotiationMixin, RoutingAPIView):
             audit_request = serializer.to_request()
             data = serializer.validated_data
             job = _Job(data) if data.get("async") else None
+        chain = audit_request.chain
+        if chain and (
+            snapshot.current().chain(chain) is None
+            or not may_see(viewer_for(request.user), "chain", chain)
+        ):
+            # Absent and not yours alike, as explain and /v1 answer (access.may_see).
+            raise hidden_chain(chain)
         audit_request = self.authorize(request, audit_request)
         return job or audit_request
 
@@ -133,22 +145,73 @@ class HealthResponseSerializer(serializers.Serializer):
         help_text='"ok", or "degraded": the circuit cache failed; circuits are process-local '
         "and throttles fail open until it answers again.",
     )
-    providers = ProviderHealthSerializer(many=True)
+    providers = ProviderHealthSerializer(
+        many=True,
+        required=False,
+        help_text="Operators only (staff, superusers, the METRICS_TOKEN): every provider "
+        "row; other callers get the summary (status and cache) without it.",
+    )
+
+
+#: ``request.auth`` of a request that carried the ``METRICS_TOKEN`` (no user).
+OPERATOR_TOKEN = object()
+
+
+class OperatorTokenAuthentication(BaseAuthentication):
+    """``Authorization: Bearer <METRICS_TOKEN>``: a monitoring probe with no user, that
+    sees the operations view (``/health/``'s full list). Any other header falls through
+    to the configured authentication classes."""
+
+    def authenticate(self, request: Request) -> tuple[Any, Any] | None:
+        if holds_operator_token(request.headers):
+            return AnonymousUser(), OPERATOR_TOKEN
+        return None
+
+
+class OperatorTokenScheme(OpenApiAuthenticationExtension):
+    target_class = "llm_routing.api.views.OperatorTokenAuthentication"
+    name = "metricsToken"
+
+    def get_security_definition(self, auto_schema: Any) -> dict[str, str]:
+        return {
+            "type": "http",
+            "scheme": "bearer",
+            "description": "LLM_ROUTING['METRICS_TOKEN']: the full /health/ list, no user.",
+        }
 
 
 class HealthView(RoutingAPIView):
     # Under ASGI the rows and circuit states are read in a worker thread (``admit``), the
-    # answer is shaped on the loop.
+    # answer is shaped on the loop. Who sees the per-provider list: access.may_see.
     async_method = "get"
 
     @extend_schema(**documented(HEALTH, ok=HealthResponseSerializer))
     def get(self, request: Request) -> HttpResponseBase:
         return self.handle(request)
 
+    def get_authenticators(self) -> list[BaseAuthentication]:
+        return [OperatorTokenAuthentication(), *super().get_authenticators()]
+
+    def get_authenticate_header(self, request: Request) -> str:
+        """The 401's ``WWW-Authenticate`` of the configured authentication (DRF reads the
+        first authenticator's, which here is the token probe's); "" gives DRF's 403."""
+        configured = super().get_authenticators()
+        return (configured[0].authenticate_header(request) or "") if configured else ""
+
+    def check_permissions(self, request: Request) -> None:
+        if request.auth is not OPERATOR_TOKEN:  # the token holder has no user to check
+            super().check_permissions(request)
+
     def admit(self, request: Request) -> dict[str, Any]:
+        # The circuits are read for every caller: reading them is what notices a cache
+        # outage ("degraded"), which the summary reports too.
         rows = list(Provider.objects.order_by("name"))
         circuits = breaker.store.for_providers(rows)
         now = breaker.store.clock()
+        cache = "degraded" if breaker.store.degraded else "ok"
+        viewer = viewer_for(request.user, operator_token=request.auth is OPERATOR_TOKEN)
+        if not may_see(viewer, "operations"):
+            return {"status": cache, "cache": cache}
         providers: list[dict[str, Any]] = []
         for p in rows:
             health = [{"model": c.model, **c.health(now)} for c in circuits[p.name]]
@@ -164,7 +227,6 @@ class HealthView(RoutingAPIView):
                     "overrides": health[1:],
                 }
             )
-        cache = "degraded" if breaker.store.degraded else "ok"
         return {"status": cache, "cache": cache, "providers": providers}
 
     def answer(self, request: Request, admitted: dict[str, Any]) -> Response:

@@ -3,7 +3,11 @@
 The same (task, instructions, input — ``input_text``, or the whole conversation when
 ``messages`` are given — response_schema) always yields the same output, and the
 output says that it is a mock. It answers a request offering tools with text (it never
-invents a tool call). It is the router's backstop and the adapter used for any
+invents a tool call). A structured answer is generated from the schema
+(:func:`llm_routing.schemas.example_instance`: ``minItems``, ``minProperties``,
+``uniqueItems``, ``contains`` / ``minContains`` included) and validated against it; a
+schema the generator cannot satisfy is a ``response`` error, never an ``ok`` answer that
+breaks the schema. It is the router's backstop and the adapter used for any
 provider row in ``mode = mock`` (staging without keys).
 """
 
@@ -17,10 +21,10 @@ from collections.abc import Iterator, Mapping
 from typing import Any, ClassVar
 
 from ..conf import routing_settings
-from ..errors import InvalidRequestError
+from ..errors import InvalidRequestError, ResponseError
 from ..schemas import SchemaTooLarge, example_instance
 from ..types import AuditRequest, ProviderResult, StreamDelta, StreamEnd, StreamEvent, Usage
-from .base import BaseProvider
+from .base import BaseProvider, validate_structured
 
 __all__ = ["MockProvider", "instance_from_schema"]
 
@@ -90,6 +94,14 @@ class MockProvider(BaseProvider):
                 # schema with 400 before routing.
                 raise InvalidRequestError(str(exc)) from None
             output = json.dumps(data, sort_keys=True)
+            try:
+                validate_structured(output, request.response_schema)
+            except ResponseError as exc:
+                # A schema the example generator cannot satisfy: an honest error, never an
+                # "ok" answer that breaks the schema.
+                raise ResponseError(
+                    f"The mock cannot produce an answer for this schema: {exc.message}"
+                ) from None
         if request.prefill:
             # Continuation: only what follows the delivered text.
             output = (
