@@ -14,7 +14,9 @@ from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html, format_html_join
 
 from .admin_chain import ChainEntryForm, ChainEntryFormSet, save_entries
-from .admin_views import circuit_board_view, explain_url, explain_view
+from .admin_decisions import DecisionDisplayMixin, failed, failure_words, moment
+from .admin_views import circuit_board_view, dashboard_view, explain_url, explain_view
+from .admin_words import term, words
 from .charts import TimelineItem, timeline_svg
 from .models import (
     Attempt,
@@ -58,6 +60,12 @@ class ProviderForm(forms.ModelForm):
             kinds = [*kinds, current]  # shown so the page renders; refused on save
         field = cast(forms.ChoiceField, self.fields["kind"])
         field.choices = [("", "---------"), *((k, k) for k in kinds)]
+        if current == "mock" and "mode" in self.fields:
+            # The list shows what the router does; the form says why it differs.
+            self.fields["mode"].help_text = (
+                "A provider of kind mock answers offline whatever its mode: the list "
+                "shows it as “mock (answers offline)”."
+            )
 
 
 @admin.register(Provider)
@@ -71,7 +79,7 @@ class ProviderAdmin(admin.ModelAdmin):
         "enabled",
         "key_badge",
         "circuit",
-        "updated_at",
+        "updated",
     ]
     list_filter = ["kind", "mode", "enabled"]
     actions = ["test_providers", "reset_circuits"]
@@ -158,10 +166,23 @@ class ProviderAdmin(admin.ModelAdmin):
             explain_url(task="example", provider=obj.name),
         )
 
+    @admin.display(description="updated", ordering="updated_at")
+    def updated(self, obj: Provider) -> str:
+        return moment(obj.updated_at)
+
     @admin.display(description="mode", ordering="mode")
     def mode_shown(self, obj: Provider) -> str:
-        """The mode the router really uses: ``mock`` for the mock kind and the backstop."""
-        return obj.effective_mode
+        """The mode the router really uses (``mock`` for the mock kind and the backstop),
+        in the form's own words; the stored mode in a tooltip when it differs."""
+        label = str(Provider.Mode(obj.effective_mode).label)
+        if obj.effective_mode == obj.mode:
+            return label
+        return format_html(
+            '<span class="llmr-term" title="kind {}: stored mode {}">{}</span>',
+            obj.kind,
+            obj.mode,
+            label,
+        )
 
     @admin.display(description="circuit")
     def circuit(self, obj: Provider) -> str:
@@ -273,6 +294,8 @@ class ChainEntryInline(admin.TabularInline):
     fields = ["position", "provider", "model", "enabled"]
     autocomplete_fields = ["provider"]
     classes = ["llmr-chain-entries"]
+    verbose_name = "entry"
+    verbose_name_plural = "entries (drag ☰ to reorder; tried top to bottom)"
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[ChainEntry]:
         return super().get_queryset(request).select_related("chain", "provider")
@@ -400,8 +423,8 @@ ATTEMPT_FIELDS = (
     "index",
     "provider",
     "model",
-    "outcome",
-    "reason",
+    "outcome_words",
+    "reason_words",
     "http_status",
     "transient",
     "retries",
@@ -425,6 +448,14 @@ class LatencyMixin:
     def latency(self, obj: Attempt) -> str:
         return _ms(obj.latency_ms)
 
+    @admin.display(description="outcome", ordering="outcome")
+    def outcome_words(self, obj: Attempt) -> str:
+        return term(obj.outcome)
+
+    @admin.display(description="reason", ordering="reason")
+    def reason_words(self, obj: Attempt) -> str:
+        return term(obj.reason or obj.error_category)
+
 
 class AttemptInline(LatencyMixin, LogMixin, admin.TabularInline):
     model = Attempt
@@ -432,19 +463,19 @@ class AttemptInline(LatencyMixin, LogMixin, admin.TabularInline):
     can_delete = False
     fields = ATTEMPT_FIELDS
     readonly_fields = ATTEMPT_FIELDS
+    classes = ["llmr-attempts"]
 
 
 @admin.register(RoutingDecision)
-class RoutingDecisionAdmin(LogMixin, admin.ModelAdmin):
+class RoutingDecisionAdmin(DecisionDisplayMixin, LogMixin, admin.ModelAdmin):
     list_display = [
-        "created_at",
+        "when",
         "request_id",
         "task",
-        "router_mode",
-        "selected_provider",
-        "status",
-        "fallback_used",
-        "fallback_reason",
+        "mode_words",
+        "result",
+        "served_by",
+        "fallback",
         "total_latency",
     ]
     list_filter = ["status", "router_mode", "fallback_used", "selected_provider", "created_at"]
@@ -452,13 +483,13 @@ class RoutingDecisionAdmin(LogMixin, admin.ModelAdmin):
     date_hierarchy = "created_at"
     inlines = [AttemptInline]
     fieldsets = [
-        (None, {"fields": ["timeline", "explain_link"]}),
+        (None, {"fields": ["result", "timeline", "explain_link"]}),
         (
             "Request",
             {
                 "fields": [
                     "request_id",
-                    "created_at",
+                    "when",
                     "task",
                     "route",
                     "input_length",
@@ -470,21 +501,40 @@ class RoutingDecisionAdmin(LogMixin, admin.ModelAdmin):
             "Routing",
             {
                 "fields": [
-                    "router_mode",
+                    "mode_words",
                     "rule",
                     "chain_name",
                     "requested_provider",
-                    "selected_provider",
-                    "fallback_used",
-                    "fallback_reason",
-                    "status",
-                    "mode",
+                    "served_by",
+                    "fallback",
                     "total_latency",
                 ]
             },
         ),
     ]
-    readonly_fields = ["timeline", "explain_link", "total_latency"]
+    readonly_fields = [
+        "result",
+        "when",
+        "mode_words",
+        "served_by",
+        "fallback",
+        "timeline",
+        "explain_link",
+        "total_latency",
+    ]
+
+    class Media:
+        css = {"all": ["llm_routing/admin/llm_routing.css"]}
+
+    def get_urls(self) -> list[URLPattern]:
+        extra = [
+            path(
+                "dashboard/",
+                self.admin_site.admin_view(lambda request: dashboard_view(request, self)),
+                name="llm_routing_dashboard",
+            ),
+        ]
+        return extra + super().get_urls()
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[RoutingDecision]:
         return super().get_queryset(request).prefetch_related("attempts")
@@ -496,7 +546,7 @@ class RoutingDecisionAdmin(LogMixin, admin.ModelAdmin):
     @admin.display(description="timeline")
     def timeline(self, obj: RoutingDecision) -> str:
         attempts = sorted(obj.attempts.all(), key=lambda a: a.index)
-        return timeline_svg(
+        svg = timeline_svg(
             [
                 TimelineItem(
                     index=a.index,
@@ -504,13 +554,23 @@ class RoutingDecisionAdmin(LogMixin, admin.ModelAdmin):
                     outcome=a.outcome,
                     latency_ms=a.latency_ms,
                     retries=a.retries,
-                    reason=a.reason or a.error_category,
+                    reason=words(a.reason or a.error_category),
                     served=a.served,
                     http_status=a.http_status,
                 )
                 for a in attempts
             ]
         )
+        if failed(obj):
+            return format_html(
+                '<p class="llmr-failed llmr-timeline-verdict">Failed: {}, after {} attempt{}.'
+                "</p>{}",
+                failure_words(obj),
+                len(attempts),
+                "" if len(attempts) == 1 else "s",
+                svg,
+            )
+        return svg
 
     @admin.display(description="explain")
     def explain_link(self, obj: RoutingDecision) -> str:
@@ -569,12 +629,20 @@ AUDIT_JOB_FIELDS = (
 class AuditJobAdmin(ReadOnlyMixin, admin.ModelAdmin):
     """Async jobs: state only. The stored payload (raw input) is never shown."""
 
-    list_display = ["created_at", "id", "owner", "task", "status", "claims", "finished_at"]
+    list_display = ["when", "id", "owner", "task", "status", "claims", "finished"]
     list_filter = ["status", "created_at"]
     list_select_related = ["owner"]
     date_hierarchy = "created_at"
     fields = AUDIT_JOB_FIELDS
     readonly_fields = AUDIT_JOB_FIELDS
+
+    @admin.display(description="created", ordering="created_at")
+    def when(self, obj: AuditJob) -> str:
+        return moment(obj.created_at)
+
+    @admin.display(description="finished", ordering="finished_at")
+    def finished(self, obj: AuditJob) -> str:
+        return moment(obj.finished_at)
 
 
 from . import admin_budgets  # noqa: E402,F401  (budgets: registers BudgetAdmin)

@@ -36,7 +36,9 @@ class ChainEntryForm(forms.ModelForm):
     class Meta:
         model = ChainEntry
         fields = ["position", "provider", "model", "enabled"]
-        widgets = {"position": forms.NumberInput(attrs={"class": "llmr-position", "min": 0})}
+        # Dragging is the one way to order (chain_order.js rewrites the hidden positions;
+        # without JavaScript the rows keep their order and a new row goes last).
+        widgets = {"position": forms.HiddenInput(attrs={"class": "llmr-position"})}
 
     def validate_unique(self) -> None:
         """Uniqueness is a property of the final set of rows, not of one row against the

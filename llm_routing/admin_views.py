@@ -16,10 +16,13 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import reverse
 
+from . import snapshot
 from .api.explain_views import ExplainQuerySerializer
 from .models import Provider
 from .resilience import breaker
 from .router import explain
+from .templatetags.llm_routing_admin import DEFAULT_WINDOW, dashboard_context
+from .types import MOCK_PROVIDER_NAME
 
 #: Longest force-open an operator may ask for on the breaker board (one day).
 MAX_FORCE_OPEN_S = 86_400
@@ -28,12 +31,24 @@ __all__ = [
     "EXPLAIN_FIELDS",
     "circuit_board_view",
     "circuit_rows",
+    "dashboard_view",
     "explain_url",
     "explain_view",
 ]
 
 #: The query parameters of the explain page (and of ``GET /audit/explain/``).
 EXPLAIN_FIELDS = ("task", "route", "provider", "force_provider", "chain", "stream", "schema")
+#: Their labels on the page (errors name the field as the form shows it).
+EXPLAIN_LABELS = {
+    "task": "Task",
+    "route": "Route key",
+    "provider": "Try this provider first",
+    "force_provider": "Force a provider",
+    "chain": "Chain",
+    "stream": "Streams",
+    "schema": "Structured output schema",
+    "non_field_errors": "Request",
+}
 
 
 def explain_url(**params: Any) -> str:
@@ -61,23 +76,43 @@ def explain_view(request: HttpRequest, site: admin.AdminSite) -> HttpResponse:
         raise PermissionDenied
     values = {name: request.GET.get(name, "") for name in EXPLAIN_FIELDS}
     explanation = None
-    errors: dict[str, Any] = {}
-    if values["task"]:
+    errors: list[tuple[str, str]] = []
+    if values["task"] or any(name in request.GET for name in EXPLAIN_FIELDS):
+        # Submitted (an empty task included): explain, or say what is wrong.
         query = ExplainQuerySerializer(data={k: v for k, v in values.items() if v != ""})
         if query.is_valid():
-            explanation = explain(query.to_request())
+            request_to_explain = query.to_request()
+            if message := snapshot.unknown_chain(request_to_explain.chain):
+                errors = [(EXPLAIN_LABELS["chain"], message)]
+            else:
+                explanation = explain(request_to_explain)
         else:
-            errors = {k: [str(m) for m in v] for k, v in query.errors.items()}
+            errors = [
+                (EXPLAIN_LABELS.get(k, k), str(m)) for k, v in query.errors.items() for m in v
+            ]
+    config = snapshot.current()
     context = {
         **site.each_context(request),
         "title": "Explain a route",
         "values": values,
         "errors": errors,
+        "chains": _with(sorted(config.chains), values["chain"]),
+        "providers": _with(
+            sorted({*config.providers, MOCK_PROVIDER_NAME}),
+            values["provider"],
+            values["force_provider"],
+        ),
         "explanation": explanation,
         "ex": explanation.to_dict() if explanation else None,
         "api_url": _api_url(values),
     }
     return TemplateResponse(request, "admin/llm_routing/explain.html", context)
+
+
+def _with(names: list[str], *current: str) -> list[str]:
+    """The choices, plus a value asked for that is not among them (kept, and explained)."""
+    extra = [c for c in current if c and c not in names]
+    return names + sorted(set(extra))
 
 
 def _api_url(values: dict[str, str]) -> str | None:
@@ -88,6 +123,22 @@ def _api_url(values: dict[str, str]) -> str | None:
     except Exception:  # the host mounted the admin but not the API
         return None
     return f"{base}?{urlencode({k: v for k, v in values.items() if v})}"
+
+
+# --- dashboard -----------------------------------------------------------------------
+
+
+def dashboard_view(request: HttpRequest, model_admin: admin.ModelAdmin) -> HttpResponse:
+    """The routing dashboard as a page of its own (full width): the figures of a window."""
+    if not model_admin.has_view_permission(request):
+        raise PermissionDenied
+    context = {
+        **model_admin.admin_site.each_context(request),
+        "title": "Routing dashboard",
+        "opts": model_admin.model._meta,
+        **dashboard_context(request.GET.get("window", DEFAULT_WINDOW)),
+    }
+    return TemplateResponse(request, "admin/llm_routing/dashboard_page.html", context)
 
 
 # --- breaker board -------------------------------------------------------------------

@@ -1,6 +1,10 @@
 """Server-rendered SVG charts for the admin (no JavaScript, no CDN): a decision's
 attempt timeline and the dashboard's bar charts. Pure functions: data in, markup out;
-every text goes through :func:`django.utils.html.escape`."""
+every text goes through :func:`django.utils.html.escape`.
+
+Text, axes and outlines are drawn in ``currentColor`` (the page's text colour, inherited
+by an inline SVG), quieter parts with an opacity: the charts read in the admin's light
+and dark colour schemes alike. Only the data colours (:data:`COLORS`) are fixed."""
 
 from __future__ import annotations
 
@@ -32,7 +36,13 @@ COLORS = {
     "bar": "#417690",
 }
 
-FONT = 'font-family="-apple-system, Segoe UI, Helvetica, Arial, sans-serif" font-size="12"'
+FONT = (
+    'font-family="-apple-system, Segoe UI, Helvetica, Arial, sans-serif" font-size="12" '
+    'fill="currentColor"'
+)
+#: Secondary text (axis ticks, values) and grid lines: the text colour, fainter.
+QUIET = 'fill="currentColor" fill-opacity="0.75"'
+GRID = 'stroke="currentColor" stroke-opacity="0.18"'
 
 
 def _fmt(value: float) -> str:
@@ -88,13 +98,13 @@ def timeline_svg(items: Sequence[TimelineItem], *, width: int = 640) -> SafeStri
     for t in ticks:
         x = left + t * scale
         parts.append(
-            f'<line x1="{x:.1f}" y1="{top}" x2="{x:.1f}" y2="{axis_y}" stroke="#e5e5e5"/>'
-            f'<text x="{x:.1f}" y="{axis_y + 14}" text-anchor="middle" fill="#666">'
+            f'<line x1="{x:.1f}" y1="{top}" x2="{x:.1f}" y2="{axis_y}" {GRID}/>'
+            f'<text x="{x:.1f}" y="{axis_y + 14}" text-anchor="middle" {QUIET}>'
             f"{_fmt(t)}</text>"
         )
     parts.append(
         f'<text x="{left + plot_w / 2:.1f}" y="{axis_y + 29}" text-anchor="middle" '
-        f'fill="#666">ms</text>'
+        f"{QUIET}>ms</text>"
     )
     start = 0.0
     for row, item in enumerate(items):
@@ -107,12 +117,12 @@ def timeline_svg(items: Sequence[TimelineItem], *, width: int = 640) -> SafeStri
             parts.append(
                 f'<g class="llmr-skip"><title>skipped: {reason}</title>'
                 f'<path d="M{x:.1f} {y + 6} l7 7 l-7 7 l-7 -7 z" fill="{COLORS["skipped"]}"/>'
-                f'<text x="{x + 12:.1f}" y="{y + 18}" fill="#555">skipped: {reason}</text></g>'
+                f'<text x="{x + 12:.1f}" y="{y + 18}" {QUIET}>skipped: {reason}</text></g>'
             )
             continue
         w = max(2.0, item.latency_ms * scale)
         color = COLORS["served"] if item.served else COLORS.get(item.outcome, COLORS["bar"])
-        outline = ' stroke="#123f14" stroke-width="3"' if item.served else ""
+        outline = ' stroke="currentColor" stroke-width="3"' if item.served else ""
         status = f" {item.http_status}" if item.http_status else ""
         what = "served" if item.served else (item.reason or item.outcome)
         retries = ""
@@ -131,7 +141,7 @@ def timeline_svg(items: Sequence[TimelineItem], *, width: int = 640) -> SafeStri
                 f'<line class="llmr-retry" x1="{tx:.1f}" y1="{y + 2}" x2="{tx:.1f}" '
                 f'y2="{y + row_h - 4}" stroke="#fff" stroke-width="2" stroke-dasharray="3 2"/>'
             )
-        parts.append(f'<text x="{x + w + 6:.1f}" y="{y + 18}" fill="#333">{detail}</text></g>')
+        parts.append(f'<text x="{x + w + 6:.1f}" y="{y + 18}">{detail}</text></g>')
         start += max(0.0, item.latency_ms)
     parts.append("</svg>")
     return mark_safe("".join(parts))  # noqa: S308 - every text above is escaped
@@ -142,6 +152,7 @@ class Bar:
     label: str
     value: float
     color: str = COLORS["bar"]
+    hint: str = ""  # shown in the bar's tooltip after the label (e.g. the raw reason)
 
 
 def bar_chart_svg(
@@ -159,16 +170,17 @@ def bar_chart_svg(
     ]
     top_value = max((b.value for b in bars), default=0.0) or 1.0
     if not bars:
-        parts.append(f'<text x="{left}" y="{top + 15}" fill="#666">no data</text>')
+        parts.append(f'<text x="{left}" y="{top + 15}" {QUIET}>no data</text>')
     for row, bar in enumerate(bars):
         y = top + row * row_h
         w = max(1.0, bar.value / top_value * plot_w) if bar.value > 0 else 0.0
         parts.append(
             f'<text x="{left - 6}" y="{y + 14}" text-anchor="end">{escape(bar.label)}</text>'
             f'<rect x="{left}" y="{y + 3}" width="{w:.1f}" height="{row_h - 8}" '
-            f'fill="{escape(bar.color)}"><title>{escape(bar.label)}: {_fmt(bar.value)}'
+            f'fill="{escape(bar.color)}"><title>{escape(bar.label)}'
+            f"{escape(f' ({bar.hint})' if bar.hint else '')}: {_fmt(bar.value)}"
             f"{escape(unit)}</title></rect>"
-            f'<text x="{left + w + 4:.1f}" y="{y + 14}" fill="#333">{_fmt(bar.value)}'
+            f'<text x="{left + w + 4:.1f}" y="{y + 14}" {QUIET}>{_fmt(bar.value)}'
             f"{escape(unit)}</text>"
         )
     parts.append("</svg>")
@@ -208,7 +220,7 @@ def stacked_bar_chart_svg(
         lx += 20 + 8 * len(name)
     top_value = max((sum(s.value for s in segs) for _, segs in rows), default=0.0) or 1.0
     if not rows:
-        parts.append(f'<text x="{left}" y="{top + 15}" fill="#666">no data</text>')
+        parts.append(f'<text x="{left}" y="{top + 15}" {QUIET}>no data</text>')
     for row, (label, segments) in enumerate(rows):
         y = top + row * row_h
         x = float(left)
@@ -224,7 +236,7 @@ def stacked_bar_chart_svg(
             )
             x += w
         parts.append(
-            f'<text x="{x + 4:.1f}" y="{y + 14}" fill="#333">'
+            f'<text x="{x + 4:.1f}" y="{y + 14}" {QUIET}>'
             f"{_fmt(sum(s.value for s in segments))}</text>"
         )
     parts.append("</svg>")

@@ -116,14 +116,21 @@ def _attempts(window: Slice) -> Any:
 
 
 def request_summary(since: datetime) -> dict[str, Any]:
+    """Requests, those with a fallback, and those that failed (no answer: status not
+    ``ok``) in the window."""
     row = RoutingDecision.objects.filter(created_at__gte=since).aggregate(
-        requests=Count("*"), fallbacks=Count("created_at", filter=Q(fallback_used=True))
+        requests=Count("*"),
+        fallbacks=Count("created_at", filter=Q(fallback_used=True)),
+        failures=Count("created_at", filter=~Q(status="ok")),
     )
     requests, fallbacks = int(row["requests"] or 0), int(row["fallbacks"] or 0)
+    failures = int(row["failures"] or 0)
     return {
         "requests": requests,
         "fallbacks": fallbacks,
         "fallback_rate": fallbacks / requests if requests else 0.0,
+        "failures": failures,
+        "failure_rate": failures / requests if requests else 0.0,
     }
 
 

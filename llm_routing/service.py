@@ -9,6 +9,7 @@ from typing import Any, Literal, overload
 
 from django.core.exceptions import ValidationError
 
+from . import snapshot
 from .logging import bound_request_id
 from .router import aroute, aroute_stream, route, route_stream
 from .types import AuditRequest, ForcedTool, Message, RouterStreamEvent, RoutingResult, Tool
@@ -59,12 +60,21 @@ def build_request(**kwargs: Any) -> AuditRequest:
     return _validated(AuditRequestSerializer, kwargs)
 
 
+def _check_chain(request: AuditRequest, config: snapshot.ConfigSnapshot | None = None) -> None:
+    """A chain named by the caller must exist (the router would otherwise fall back to
+    the default chain): ``ValidationError`` naming ``chain``, before anything routes."""
+    if request.chain and (message := snapshot.unknown_chain(request.chain, config)):
+        raise ValidationError({"chain": [message]})
+
+
 def execute(
     request: AuditRequest, *, request_id: str | None = None, persist: bool = True
 ) -> RoutingResult:
     """Route one already-validated request: the single entry point of the HTTP view,
     the Python API and the Celery task. ``persist=False`` leaves the recording to the
-    caller (async jobs record the decision in the transaction that finishes the job)."""
+    caller (async jobs record the decision in the transaction that finishes the job).
+    A chain that does not exist raises ``ValidationError`` naming ``chain``."""
+    _check_chain(request)
     request_id = request_id or str(uuid.uuid4())
     with bound_request_id(request_id):  # its log lines carry the routing request id
         return route(request, request_id=request_id, persist=persist)
@@ -74,6 +84,8 @@ async def aexecute(
     request: AuditRequest, *, request_id: str | None = None, persist: bool = True
 ) -> RoutingResult:
     """:func:`execute` on the event loop (the async driver of the router)."""
+    if request.chain:
+        _check_chain(request, await snapshot.acurrent())
     request_id = request_id or str(uuid.uuid4())
     with bound_request_id(request_id):  # its log lines carry the routing request id
         return await aroute(request, request_id=request_id, persist=persist)
@@ -172,6 +184,7 @@ def chat(
     """
     request = build_chat_request(messages, tools=tools, chain=chain, stream=stream, **params)
     if stream:
+        _check_chain(request)
         return route_stream(request)
     return execute(request)
 
@@ -228,7 +241,9 @@ async def achat(
     of ``StreamChunk`` … ending in one ``StreamResult`` or ``StreamFailure``
     (``async for event in await achat(..., stream=True)``; close it early with
     ``aclose()`` and the decision records ``client_disconnected``)."""
+    await snapshot.acurrent()  # fresh: the chain check reads it with no I/O
     request = build_chat_request(messages, tools=tools, chain=chain, stream=stream, **params)
     if stream:
+        _check_chain(request, snapshot.latest())
         return aroute_stream(request)
     return await aexecute(request)

@@ -67,6 +67,7 @@ __all__ = [
     "changed",
     "clear",
     "current",
+    "unknown_chain",
 ]
 
 #: A process compares the shared version key at most this often.
@@ -297,6 +298,20 @@ def current() -> ConfigSnapshot:
         ttl = MAX_AGE_S if answered else FALLBACK_TTL_S
         _holder.next_check_at = now + min(CHECK_INTERVAL_S, ttl)
         return snap
+
+
+def unknown_chain(name: str | None, config: ConfigSnapshot | None = None) -> str | None:
+    """The error message when ``name`` names no chain; None when it is empty or a chain.
+
+    The one check behind every place a caller names a chain (``/audit/``, explain, the
+    Python API; ``/v1`` answers 404 for an unknown model): a chain name that does not
+    exist is an error naming it, never a silent fall back to the default chain."""
+    if not name:
+        return None
+    config = config if config is not None else current()
+    if config.chain(name) is not None:
+        return None
+    return f"There is no chain named {name!r}."
 
 
 def _current_in_worker() -> ConfigSnapshot:

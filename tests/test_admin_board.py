@@ -68,9 +68,11 @@ def test_board_lists_every_circuit(admin_client, rows):
     found = board_rows(html)
     assert set(found) == {("a", "a-model"), ("b", "b-model"), ("b", "b-big")}
     a = found[("a", "a-model")]
-    assert ">open<" in a and "<td>3</td>" in a and "<td>2</td>" in a
+    assert ">open (skipped)<" in a and "<td>3</td>" in a and "<td>2</td>" in a
     assert "unavailable (503)" in a and "(in 40 s)" in a
-    assert ">closed<" in found[("b", "b-big")] and "chain override" in found[("b", "b-big")]
+    assert (
+        ">closed (healthy)<" in found[("b", "b-big")] and "chain override" in found[("b", "b-big")]
+    )
     assert "offline" in html[html.index("</table>") :]  # listed as having no circuit
 
 
@@ -125,7 +127,7 @@ def test_view_only_staff_sees_the_board_without_actions(client, django_user_mode
     user.user_permissions.add(Permission.objects.get(codename="view_provider"))
     client.force_login(user)
     html = client.get(reverse(BOARD)).content.decode()
-    assert ">open<" in html and "Force open" not in html
+    assert ">open (skipped)<" in html and "Force open" not in html
     post = client.post(reverse(BOARD), {"action": "reset", "provider": "a", "model": "a-model"})
     assert post.status_code == 403
     assert breaker.store.load("a", "a-model").state == OPEN

@@ -1,5 +1,6 @@
-"""The dashboard on the app's admin index: requests, fallback rate, attempts by outcome
-per provider, p50/p95 latency per provider, top skip reasons, per window, as SVG."""
+"""The dashboard, a page of its own linked from the top of the admin index: requests,
+fallback and failure rates, attempts by outcome per provider, p50/p95 latency per
+provider, top skip reasons, per window, as SVG."""
 
 from __future__ import annotations
 
@@ -17,9 +18,10 @@ pytestmark = pytest.mark.django_db
 
 
 def decision(age: timedelta, attempts: list[tuple[str, str, str, float]], **kw: Any) -> None:
+    fields = {"status": "ok", **kw}
     row = RoutingDecision.objects.create(
-        task="t", router_mode="default", status="ok", mode="live", input_length=1,
-        input_sha256="0" * 64, **kw,
+        task="t", router_mode="default", mode="live", input_length=1,
+        input_sha256="0" * 64, **fields,
     )  # fmt: skip
     RoutingDecision.objects.filter(pk=row.pk).update(created_at=timezone.now() - age)
     for index, (provider, outcome, reason, latency) in enumerate(attempts):
@@ -61,7 +63,13 @@ def test_windows_on_postgresql(history):
 
 def check_windows() -> None:
     hour = dashboard.build("1h")
-    assert hour.summary == {"requests": 6, "fallbacks": 2, "fallback_rate": pytest.approx(2 / 6)}
+    assert hour.summary == {
+        "requests": 6,
+        "fallbacks": 2,
+        "fallback_rate": pytest.approx(2 / 6),
+        "failures": 0,
+        "failure_rate": 0.0,
+    }
     assert hour.outcomes == {"a": {"ok": 4, "skipped": 2}, "b": {"ok": 1, "skipped": 1},
                              "mock": {"ok": 1}}  # fmt: skip
     assert hour.latency["a"] == (25.0, pytest.approx(38.5))
@@ -80,16 +88,21 @@ def test_empty_window():
     assert board.summary["requests"] == 0 and board.outcomes == {} and board.skips == []
 
 
-def test_app_index_renders_the_charts(admin_client, history):
-    url = reverse("admin:app_list", args=["llm_routing"])
+DASHBOARD = "admin:llm_routing_dashboard"
+
+
+def test_dashboard_page_renders_the_charts(admin_client, history):
+    url = reverse(DASHBOARD)
+    assert url == "/admin/llm_routing/routingdecision/dashboard/"
     html = admin_client.get(url, {"window": "1h"}).content.decode()
     dash = html[html.index('id="llmr-dashboard"') :]
     dash = dash[: dash.index("Explain a route</a>")]
     assert "Routing, last 1h" in dash
     assert '<strong class="llmr-requests">6</strong>' in dash
-    assert '<strong class="llmr-fallbacks">2</strong> with a fallback (33.3 %)' in dash
+    assert '<strong class="llmr-fallbacks">2</strong><span>with a fallback (33.3 %)' in dash
+    assert '<strong class="llmr-failures">0</strong>' in dash
     assert dash.count('class="llmr-stacked"') == 2 and dash.count('class="llmr-bars"') == 1
-    assert "circuit_open" in dash and "Attempts by outcome" in dash
+    assert "circuit open (circuit_open)" in dash and "Attempts by outcome" in dash
     assert "http://" not in dash.replace('xmlns="http://www.w3.org/2000/svg"', "")
     week = admin_client.get(url, {"window": "7d"}).content.decode()
     assert "Routing, last 7d" in week and ">old<" in week
@@ -102,7 +115,8 @@ def test_dashboard_needs_the_view_permission(client, django_user_model, history)
     user.user_permissions.add(Permission.objects.get(codename="view_provider"))
     client.force_login(user)
     html = client.get(reverse("admin:app_list", args=["llm_routing"])).content.decode()
-    assert "llmr-dashboard" not in html
+    assert "Routing dashboard" not in html
+    assert client.get(reverse(DASHBOARD)).status_code == 403
 
 
 def test_wide_windows_are_sampled_and_scaled(history, monkeypatch):
@@ -124,6 +138,33 @@ def test_wide_windows_are_sampled_and_scaled(history, monkeypatch):
 def test_sampled_page_says_so(admin_client, history, monkeypatch):
     monkeypatch.setattr(dashboard, "SAMPLE_DECISIONS", 2)
     monkeypatch.setattr(dashboard, "SAMPLE_BLOCKS", 2)
-    url = reverse("admin:app_list", args=["llm_routing"])
-    html = admin_client.get(url, {"window": "7d"}).content.decode()
+    html = admin_client.get(reverse(DASHBOARD), {"window": "7d"}).content.decode()
     assert "estimated from a sample of 2 requests" in html
+
+
+def test_admin_index_links_the_dashboard_at_its_top(admin_client):
+    """On main the admin index was Django's own; the links sat at the app page's foot."""
+    html = admin_client.get(reverse("admin:index")).content.decode()
+    assert html.index('id="llmr-admin-links"') < html.index('id="content-main"')
+    assert f'href="{reverse(DASHBOARD)}"' in html
+    assert f'href="{reverse("admin:llm_routing_circuits")}"' in html
+    app = admin_client.get(reverse("admin:app_list", args=["llm_routing"])).content.decode()
+    assert app.index('id="llmr-admin-links"') < app.index('id="content-main"')
+    assert f'href="{reverse(DASHBOARD)}"' in app
+
+
+def test_a_failed_request_counts_as_a_failure(admin_client):
+    decision(timedelta(minutes=1), [("a", "error", "unavailable", 5.0)], status="error")
+    decision(timedelta(minutes=1), [("a", "ok", "", 5.0)])
+    assert dashboard.build("1h").summary["failures"] == 1
+    html = admin_client.get(reverse(DASHBOARD), {"window": "1h"}).content.decode()
+    assert '<strong class="llmr-failures">1</strong>' in html
+    assert "llmr-figure-bad" in html
+
+
+def test_spend_table_headers_are_words_with_the_raw_name_in_a_tooltip(admin_client, history):
+    html = admin_client.get(reverse(DASHBOARD), {"window": "1h"}).content.decode()
+    if 'id="llmr-spend-providers"' in html and "cost_usd" in html:
+        assert 'title="cost_usd">Cost (USD)</th>' in html
+    # Django's dashboard.css (th {width: 100%}) is not on the page.
+    assert "admin/css/dashboard.css" not in html

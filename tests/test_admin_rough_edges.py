@@ -94,7 +94,7 @@ def test_mock_mode_and_circuit_agree_in_admin_and_check(admin_client, fields):
     results = html[html.index('id="result_list"') :]
     row = results[results.index(f">{fields['name']}</a>") :]
     row = row[: row.index("</tr>")]
-    assert '<td class="field-mode_shown">mock</td>' in row
+    assert "mock (answers offline)</" in row and 'class="field-mode_shown"' in row
     assert ">n/a</span>" in row and ">closed<" not in row
     out = StringIO()
     call_command("llm_routing_check", "--json", stdout=out)

@@ -588,3 +588,14 @@ def test_a_principal_is_computed_once_per_cached_user(
     assert computed == [1]
     decision = RoutingDecision.objects.order_by("created_at").last()
     assert decision is not None and decision.user_pk == str(user.pk)
+
+
+def test_an_unknown_chain_is_a_404_on_the_async_face_too(aclient: AsyncClient, chain: Any) -> None:
+    """The chain check reads the config snapshot during admit, on the event loop."""
+    body = {"task": "t", "input_text": "hi", "chain": "nonexistent"}
+    response = apost(aclient, "/audit/", body)
+    assert response.status_code == 404
+    assert "'nonexistent'" in response.json()["detail"]
+    served = apost(aclient, "/audit/", {**body, "chain": "main"})
+    assert served.status_code == 200
+    assert served.json()["routing_metadata"]["chain_name"] == "main"

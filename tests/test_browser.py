@@ -110,8 +110,11 @@ def add_provider(page: Any, name: str) -> None:
 
 def entry_order(page: Any) -> list[str]:
     """Provider names of the saved inline rows, top to bottom."""
-    labels = page.locator(".llmr-chain-entries tr.has_original td.original p")
-    return [text.split(": ", 1)[1].split(" at position")[0] for text in labels.all_inner_texts()]
+    selects = ".llmr-chain-entries tr.has_original select[name$='-provider']"
+    names: list[str] = page.eval_on_selector_all(
+        selects, "els => els.map(e => e.options[e.selectedIndex].text)"
+    )
+    return names
 
 
 def exported_entries(chain: str) -> list[Any]:
@@ -148,19 +151,37 @@ def test_create_providers_and_chain_then_drag_to_reorder(admin_page: Any) -> Non
     assert "beta → alpha" in page.inner_text("#result_list")
 
 
-def test_swap_positions_by_typing(admin_page: Any) -> None:
+def test_one_way_to_order_and_drag_delete_add_in_one_save(admin_page: Any) -> None:
+    """Positions are hidden (drag is the one way to order). Dragging a row while ticking
+    Delete on another and adding a row saves in one go: on main the blank extra row's
+    position was rewritten, so Django answered "This field is required." for it."""
     page = admin_page
-    chain = make_chain(
-        "main", [Provider.objects.create(name=n, kind="mock", model="m") for n in ("a", "b")]
-    )
+    providers = [Provider.objects.create(name=n, kind="mock", model="m") for n in "abcd"]
+    chain = make_chain("main", providers[:3])
     page.goto(f"{page.base}/admin/llm_routing/chain/{chain.pk}/change/")
-    page.fill("#id_entries-0-position", "1")
-    page.fill("#id_entries-1-position", "0")
+    assert page.locator(".llmr-chain-entries input[name$='-position']:visible").count() == 0
+    assert "Position" not in page.inner_text(".llmr-chain-entries thead")
+    assert page.locator(".llmr-chain-entries td.original p:visible").count() == 0
+    # c to the top, b deleted, the blank extra row left alone.
+    page.drag_and_drop("#entries-2 .llmr-drag", "#entries-0", target_position={"x": 20, "y": 3})
+    page.check("#id_entries-1-DELETE")
+    shot(page, "chain-drag-delete", ".llmr-chain-entries")
     page.click("input[name=_continue]")
     page.wait_for_selector(".messagelist .success")
-    assert "Server Error" not in page.content()
-    assert entry_order(page) == ["b", "a"]
-    assert exported_entries("main") == ["b", "a"]
+    assert page.locator(".errorlist").count() == 0
+    assert entry_order(page) == ["c", "a"]
+    assert exported_entries("main") == ["c", "a"]
+    # Drag + delete + a new row (Add another, then the provider) in one save.
+    page.click(".llmr-chain-entries .add-row a")
+    choose_provider(page, "entries-3", "d")
+    page.drag_and_drop("#entries-1 .llmr-drag", "#entries-0", target_position={"x": 20, "y": 3})
+    page.check("#id_entries-0-DELETE")
+    page.click("input[name=_continue]")
+    page.wait_for_selector(".messagelist .success")
+    assert page.locator(".errorlist").count() == 0
+    assert exported_entries("main") == ["a", "d"]
+    assert entry_order(page) == ["a", "d"]
+    shot(page, "chain-saved", ".llmr-chain-entries")
 
 
 def test_explain_shows_the_disabled_primary_skipped(
@@ -238,7 +259,7 @@ def test_dashboard_renders_its_charts(admin_page: Any, scripted: Any, key_env: s
     scripted.scripts["a"] = ["ok", down, down, down, "ok"]  # the 2nd request fails over
     for _ in range(3):
         route(AuditRequest(task="summarize", input_text="hello"), sleeper=lambda s: None)
-    page.goto(f"{page.base}/admin/llm_routing/?window=1h")
+    page.goto(f"{page.base}/admin/llm_routing/routingdecision/dashboard/?window=1h")
     dashboard = page.locator("#llmr-dashboard")
     assert "Routing, last 1h" in dashboard.inner_text()
     assert dashboard.locator("svg.llmr-stacked").count() == 2

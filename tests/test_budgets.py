@@ -319,11 +319,14 @@ def test_dashboard_shows_requests_per_provider_and_per_user(
         assert audit(api).status_code == 200
     assert audit(other).status_code == 200
     assert chat(other).status_code == 200
-    html = admin_client.get("/admin/llm_routing/", {"window": "1h"}).content.decode()
+    url = "/admin/llm_routing/routingdecision/dashboard/"
+    html = admin_client.get(url, {"window": "1h"}).content.decode()
     providers = html.split('id="llmr-spend-providers"')[1].split("</table>")[0]
-    assert "<td>a</td><td>5</td>" in providers
+    assert '<td>a</td><td class="llmr-num">5</td>' in providers
     users = html.split('id="llmr-spend-users"')[1].split("</table>")[0]
-    assert users.index("<td>alice</td><td>3</td>") < users.index("<td>bob</td><td>2</td>")
+    assert users.index('<td>alice</td><td class="llmr-num">3</td>') < users.index(
+        '<td>bob</td><td class="llmr-num">2</td>'
+    )
 
 
 def test_cost_cap_is_settled_exactly_and_overshot_by_at_most_one_request():

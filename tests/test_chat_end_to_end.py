@@ -316,7 +316,7 @@ def test_the_quickstart_chat_section_runs_as_written(fake_upstream, key_env, cap
     against a default-made anthropic row behind the chain they name."""
     from pathlib import Path
 
-    make_chain("default", [minimal_row("claude", "anthropic", fake_upstream)])
+    make_chain("main", [minimal_row("claude", "anthropic", fake_upstream)])
     text = (Path(__file__).parent.parent / "docs" / "quickstart.md").read_text()
     section = text.split("## Chat and tools from Python", 1)[1].split("\n## ", 1)[0]
     blocks = [b.split("```", 1)[0] for b in section.split("```python\n")[1:]]

@@ -188,7 +188,7 @@ def test_admin_explain_page_shows_the_skip(admin_client, setup, scripted):
     assert "/audit/explain/?task=t" in html
     assert scripted.calls == []
     bad = admin_client.get(url, {"task": "no spaces"}).content.decode()
-    assert "errorlist" in bad and "task:" in bad
+    assert "errorlist" in bad and "Task:" in bad
 
 
 def test_admin_explain_needs_staff(client, setup):

@@ -245,7 +245,7 @@ class _MessageEvents:
 # --- the schema -------------------------------------------------------------------------
 
 
-class _ContentBlockSerializer(serializers.Serializer):
+class MessagesContentBlockSerializer(serializers.Serializer):
     type = serializers.CharField(help_text="text or tool_use")
     text = serializers.CharField(required=False)
     id = serializers.CharField(required=False)
@@ -253,7 +253,7 @@ class _ContentBlockSerializer(serializers.Serializer):
     input = serializers.JSONField(required=False)
 
 
-class _MessageUsageSerializer(serializers.Serializer):
+class MessagesUsageSerializer(serializers.Serializer):
     input_tokens = serializers.IntegerField()
     output_tokens = serializers.IntegerField()
     cost_usd = serializers.FloatField(
@@ -269,22 +269,22 @@ class MessageSerializer(serializers.Serializer):
     type = serializers.CharField(help_text="message")
     role = serializers.ChoiceField(choices=["assistant"])
     model = serializers.CharField(help_text="The model that served (never the chain name).")
-    content = _ContentBlockSerializer(many=True)
+    content = MessagesContentBlockSerializer(many=True)
     stop_reason = serializers.ChoiceField(
         choices=["end_turn", "max_tokens", "stop_sequence", "tool_use", "refusal"]
     )
     stop_sequence = serializers.CharField(allow_null=True)
-    usage = _MessageUsageSerializer()
+    usage = MessagesUsageSerializer()
 
 
-class _AnthropicErrorDetailSerializer(serializers.Serializer):
+class MessagesErrorDetailSerializer(serializers.Serializer):
     type = serializers.CharField(help_text="invalid_request_error, overloaded_error …")
     message = serializers.CharField()
 
 
 class AnthropicErrorSerializer(serializers.Serializer):
     type = serializers.CharField(help_text="error")
-    error = _AnthropicErrorDetailSerializer()
+    error = MessagesErrorDetailSerializer()
 
 
 class TokenCountSerializer(serializers.Serializer):

@@ -286,23 +286,23 @@ _CATEGORY_STATUS: dict[str, tuple[int, str, str]] = {
 }
 
 
-class _AssistantMessageSerializer(serializers.Serializer):
+class ChatCompletionMessageSerializer(serializers.Serializer):
     role = serializers.ChoiceField(choices=["assistant"])
     content = serializers.CharField(allow_null=True, help_text="null when only tool calls.")
     refusal = serializers.CharField(allow_null=True)
     tool_calls = ToolCallSerializer(many=True, required=False)
 
 
-class _ChoiceSerializer(serializers.Serializer):
+class ChatCompletionChoiceSerializer(serializers.Serializer):
     index = serializers.IntegerField()
-    message = _AssistantMessageSerializer()
+    message = ChatCompletionMessageSerializer()
     logprobs = serializers.JSONField(allow_null=True)
     finish_reason = serializers.ChoiceField(
         choices=["stop", "length", "tool_calls", "content_filter"]
     )
 
 
-class _CompletionUsageSerializer(serializers.Serializer):
+class ChatCompletionUsageSerializer(serializers.Serializer):
     prompt_tokens = serializers.IntegerField()
     completion_tokens = serializers.IntegerField()
     total_tokens = serializers.IntegerField()
@@ -321,8 +321,8 @@ class ChatCompletionSerializer(serializers.Serializer):
     object = serializers.ChoiceField(choices=["chat.completion"])
     created = serializers.IntegerField()
     model = serializers.CharField(help_text="The model that served (never the chain name).")
-    choices = _ChoiceSerializer(many=True)
-    usage = _CompletionUsageSerializer()
+    choices = ChatCompletionChoiceSerializer(many=True)
+    usage = ChatCompletionUsageSerializer()
     system_fingerprint = serializers.CharField(allow_null=True)
 
 

@@ -358,7 +358,7 @@ class _ResponseEvents:
 # --- the schema -------------------------------------------------------------------------
 
 
-class _OutputItemSerializer(serializers.Serializer):
+class ResponsesOutputItemSerializer(serializers.Serializer):
     type = serializers.CharField(help_text="message or function_call")
     id = serializers.CharField()
     status = serializers.CharField()
@@ -369,7 +369,7 @@ class _OutputItemSerializer(serializers.Serializer):
     arguments = serializers.CharField(required=False)
 
 
-class _ResponseUsageSerializer(serializers.Serializer):
+class ResponsesUsageSerializer(serializers.Serializer):
     input_tokens = serializers.IntegerField()
     output_tokens = serializers.IntegerField()
     total_tokens = serializers.IntegerField()
@@ -388,12 +388,12 @@ class ResponseObjectSerializer(serializers.Serializer):
     status = serializers.ChoiceField(choices=["completed", "incomplete"])
     incomplete_details = serializers.DictField(allow_null=True)
     model = serializers.CharField(help_text="The model that served (never the chain name).")
-    output = _OutputItemSerializer(many=True)
-    usage = _ResponseUsageSerializer()
+    output = ResponsesOutputItemSerializer(many=True)
+    usage = ResponsesUsageSerializer()
     store = serializers.BooleanField(help_text="Always false: the face is stateless.")
 
 
-class _ErrorDetailSerializer(serializers.Serializer):
+class ResponsesErrorDetailSerializer(serializers.Serializer):
     message = serializers.CharField()
     type = serializers.CharField()
     param = serializers.CharField(allow_null=True)
@@ -401,7 +401,7 @@ class _ErrorDetailSerializer(serializers.Serializer):
 
 
 class ResponsesErrorSerializer(serializers.Serializer):
-    error = _ErrorDetailSerializer()
+    error = ResponsesErrorDetailSerializer()
 
 
 _EXAMPLE_REQUEST = {

@@ -114,6 +114,7 @@ class AuditRequestSerializer(serializers.Serializer):
     provider = StrictRegexField(SLUG_RE, max_length=64, required=False, allow_null=True)
     route = StrictRegexField(SLUG_RE, max_length=64, required=False, allow_null=True)
     force_provider = StrictRegexField(SLUG_RE, max_length=64, required=False, allow_null=True)
+    chain = StrictRegexField(SLUG_RE, max_length=64, required=False, allow_null=True)
     response_schema = serializers.JSONField(required=False, allow_null=True)
     metadata = StrictStringMapField(required=False, default=dict)
     stream = StrictBooleanField(required=False, default=False)
@@ -195,6 +196,7 @@ class AuditRequestSerializer(serializers.Serializer):
             provider=d.get("provider"),
             route=d.get("route"),
             force_provider=d.get("force_provider"),
+            chain=d.get("chain"),
             response_schema=d.get("response_schema"),
             metadata=d.get("metadata") or {},
             stream=bool(d.get("stream")),
@@ -210,7 +212,6 @@ class ChatCallSerializer(SamplingSerializer, AuditRequestSerializer):
     task = StrictRegexField(SLUG_RE, max_length=64, required=False, default="chat")
     input_text = None  # type: ignore[assignment]  # DRF: None removes an inherited field
     messages = MessagesField()
-    chain = StrictRegexField(SLUG_RE, max_length=64, required=False, allow_null=True)
     backstop = StrictBooleanField(required=False, default=True)
 
     def get_fields(self) -> dict[str, serializers.Field]:
@@ -222,7 +223,6 @@ class ChatCallSerializer(SamplingSerializer, AuditRequestSerializer):
         d = self.validated_data
         return replace(
             super().to_request(),
-            chain=d.get("chain"),
             backstop=d["backstop"],
             **self.sampling(),
         )

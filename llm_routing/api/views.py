@@ -15,7 +15,7 @@ from rest_framework.authentication import BaseAuthentication
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from .. import pricing
+from .. import pricing, snapshot
 from ..access import holds_operator_token, may_see, viewer_for
 from ..logging import current_request_id
 from ..models import Provider
@@ -24,6 +24,7 @@ from ..router import aroute_stream, route_stream
 from ..service import aexecute, execute
 from ..types import AuditRequest, RouterStreamEvent, RoutingResult, StreamChunk, StreamResult
 from .base import RoutingAPIView, in_thread
+from .explain_views import hidden_chain
 from .job_views import submit_job
 from .reuse import reused
 from .schema_docs import AUDIT, HEALTH, documented
@@ -48,6 +49,13 @@ class AuditView(SSENegotiationMixin, RoutingAPIView):
             audit_request = serializer.to_request()
             data = serializer.validated_data
             job = _Job(data) if data.get("async") else None
+        chain = audit_request.chain
+        if chain and (
+            snapshot.current().chain(chain) is None
+            or not may_see(viewer_for(request.user), "chain", chain)
+        ):
+            # Absent and not yours alike, as explain and /v1 answer (access.may_see).
+            raise hidden_chain(chain)
         audit_request = self.authorize(request, audit_request)
         return job or audit_request
 

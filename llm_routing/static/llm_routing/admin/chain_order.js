@@ -1,11 +1,17 @@
 /* Drag-and-drop ordering of a Chain's entries (self-hosted, no dependencies).
  *
- * Each entry row gets a handle; dropping a row elsewhere reorders the rows and rewrites
- * every position input to 0, 1, 2 … in the order shown. Nothing is sent until Save: the
- * server validates and writes the final order in one transaction. Typing numbers into
- * the position inputs keeps working as before. */
+ * Dragging is the one way to order: the position inputs are hidden, and each entry
+ * row gets a handle. Dropping a row elsewhere reorders the rows; the positions are
+ * rewritten 0, 1, 2 … in the order shown, for the rows that will be saved (a provider
+ * chosen, Delete not ticked) — on every drop and again just before the form is sent.
+ * A row with no provider keeps exactly the position the server gave it (its initial
+ * value), so Django still sees it as the untouched blank row and does not ask for its
+ * provider. Nothing is sent until Save: the server validates and writes the final
+ * order in one transaction. */
 (function () {
   "use strict";
+
+  var PREFIX = "entries";
 
   function group() {
     return document.querySelector(".llmr-chain-entries tbody");
@@ -21,24 +27,40 @@
     return tr.querySelector("input[name$='-position']");
   }
 
+  function isSaved(tr) {
+    var provider = tr.querySelector("select[name$='-provider'], input[name$='-provider']");
+    var deleted = tr.querySelector("input[name$='-DELETE']");
+    return Boolean(provider && provider.value && !(deleted && deleted.checked));
+  }
+
+  function managementCount(name) {
+    var input = document.getElementById("id_" + PREFIX + "-" + name);
+    return input ? parseInt(input.value, 10) : NaN;
+  }
+
+  /* The position the server gives a new row of this index (ChainEntryFormSet:
+   * the first free position, plus the row's offset among the new rows). */
+  function serverInitial(tr, firstFree) {
+    var index = parseInt(tr.id.slice(PREFIX.length + 1), 10);
+    var initialForms = managementCount("INITIAL_FORMS");
+    if (isNaN(index) || isNaN(initialForms) || isNaN(firstFree)) {
+      return null;
+    }
+    return String(firstFree + index - initialForms);
+  }
+
   function renumber(tbody) {
     var next = 0;
     rows(tbody).forEach(function (tr) {
       var input = positionInput(tr);
-      var provider = tr.querySelector("select[name$='-provider'], input[name$='-provider']");
-      var deleted = tr.querySelector("input[name$='-DELETE']");
-      if (!input || !provider || !provider.value || (deleted && deleted.checked)) {
+      if (!input) {
         return;
       }
-      input.value = String(next);
-      next += 1;
-    });
-    rows(tbody).forEach(function (tr) {
-      var input = positionInput(tr);
-      var provider = tr.querySelector("select[name$='-provider'], input[name$='-provider']");
-      if (input && provider && !provider.value) {
+      if (isSaved(tr)) {
         input.value = String(next);
         next += 1;
+      } else if (input.hasAttribute("data-llmr-initial")) {
+        input.value = input.getAttribute("data-llmr-initial");
       }
     });
   }
@@ -54,6 +76,7 @@
     var handle = document.createElement("span");
     handle.className = "llmr-drag";
     handle.title = "Drag to reorder";
+    handle.setAttribute("aria-label", "Drag to reorder");
     handle.textContent = "\u2630";
     handle.setAttribute("draggable", "true");
     cell.insertBefore(handle, cell.firstChild);
@@ -87,7 +110,18 @@
     if (!tbody) {
       return;
     }
+    // The empty-form template's position is the first free one plus the number of new
+    // rows the page was rendered with (ChainEntryFormSet.empty_form).
+    var template = document.querySelector("#" + PREFIX + "-empty input[name$='-position']");
+    var firstFree = template
+      ? parseInt(template.defaultValue, 10) -
+        (managementCount("TOTAL_FORMS") - managementCount("INITIAL_FORMS"))
+      : NaN;
     rows(tbody).forEach(function (tr) {
+      var input = positionInput(tr);
+      if (input && !tr.classList.contains("has_original")) {
+        input.setAttribute("data-llmr-initial", input.defaultValue);
+      }
       addHandle(tbody, tr);
     });
     document.addEventListener("formset:added", function (event) {
@@ -95,15 +129,19 @@
       if (tr && tr.parentNode === tbody) {
         addHandle(tbody, tr);
         var input = positionInput(tr);
-        if (input) {
-          var used = rows(tbody)
-            .filter(function (other) { return other !== tr; })
-            .map(function (other) { return parseInt((positionInput(other) || {}).value, 10); })
-            .filter(function (n) { return !isNaN(n); });
-          input.value = String(used.length ? Math.max.apply(null, used) + 1 : 0);
+        var initial = serverInitial(tr, firstFree);
+        if (input && initial !== null) {
+          input.value = initial;
+          input.setAttribute("data-llmr-initial", initial);
         }
       }
     });
+    var form = tbody.closest("form");
+    if (form) {
+      form.addEventListener("submit", function () {
+        renumber(tbody);
+      });
+    }
   }
 
   if (document.readyState === "loading") {
