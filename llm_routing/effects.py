@@ -23,6 +23,7 @@ core (an adapter-bug guard) can swallow it.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Generator, Iterator
@@ -44,6 +45,7 @@ __all__ = [
     "Sleep",
     "Sleeper",
     "Steps",
+    "SyncStream",
     "arun",
     "astream",
     "run",
@@ -64,10 +66,16 @@ class ClientGone(BaseException):
 
 @dataclass(frozen=True, slots=True)
 class Context:
-    """What a driver lends to the effects it executes (the injected sleeper)."""
+    """What a driver lends to the effects it executes (the injected sleeper).
+
+    ``finalizing``: the effects run from a garbage collector's finalizer (a sync stream
+    dropped without ``close()``), inside whatever code it interrupted — an effect must
+    not block on the database there (the router's ``Record`` hands its rows to the
+    write-behind queue instead)."""
 
     sleeper: Sleeper | None = None
     asleeper: AsyncSleeper | None = None
+    finalizing: bool = False
 
 
 class Effect:
@@ -240,10 +248,52 @@ async def arun(core: Steps[T], *, sleeper: AsyncSleeper | None = None) -> T:
             raise
 
 
-def stream(core: Steps[None], *, sleeper: Sleeper | None = None) -> Iterator[Any]:
-    """Drive a streaming ``core``: its :class:`Emit` events are this generator's
-    items. Closed early, the core gets :class:`ClientGone` and cleans up."""
-    ctx = Context(sleeper=sleeper)
+class _Closing:
+    """Shared by a :class:`SyncStream` and its driver generator (never a reference
+    from the generator to its owner, so dropping the owner frees both at once):
+    whether the close the generator sees came from ``close()``, and the context the
+    stream was made in (its finalizer's cleanup runs in it)."""
+
+    __slots__ = ("context", "explicit")
+
+    def __init__(self) -> None:
+        self.explicit = False
+        self.context = contextvars.copy_context()
+
+
+class SyncStream(Iterator[Any]):
+    """The sync stream driver's iterator. ``close()`` runs the core's cleanup here and
+    now (the decision is recorded before it returns). Dropped without ``close()``, the
+    driver generator is finalized by the garbage collector, at whatever code it
+    interrupted: the cleanup then runs with ``Context.finalizing`` set (no database
+    write from a finalizer: the record goes to the write-behind queue), in the context
+    the stream was made in (so the request's budget grant is found and settled)."""
+
+    __slots__ = ("_closing", "_gen")
+
+    def __init__(self, core: Steps[None], ctx: Context) -> None:
+        self._closing = _Closing()
+        self._gen = _drive_stream(core, ctx, self._closing)
+
+    def __iter__(self) -> SyncStream:
+        return self
+
+    def __next__(self) -> Any:
+        return next(self._gen)
+
+    def close(self) -> None:
+        self._closing.explicit = True
+        self._gen.close()
+
+
+def stream(core: Steps[None], *, sleeper: Sleeper | None = None) -> SyncStream:
+    """Drive a streaming ``core``: its :class:`Emit` events are this iterator's items.
+    Closed early, the core gets :class:`ClientGone` and cleans up (see
+    :class:`SyncStream` for one dropped without ``close()``)."""
+    return SyncStream(core, Context(sleeper=sleeper))
+
+
+def _drive_stream(core: Steps[None], ctx: Context, closing: _Closing) -> Generator[Any, None, None]:
     value: Any = None
     exc: BaseException | None = None
     while True:
@@ -256,7 +306,11 @@ def stream(core: Steps[None], *, sleeper: Sleeper | None = None) -> Iterator[Any
             try:
                 yield effect.event
             except GeneratorExit:
-                _unwind(core, ctx)
+                if closing.explicit:
+                    _unwind(core, ctx)
+                else:  # the garbage collector's finalizer (see SyncStream)
+                    fin = Context(sleeper=ctx.sleeper, finalizing=True)
+                    closing.context.run(_unwind, core, fin)  # a copy only entered here
                 raise
             continue
         try:

@@ -31,7 +31,7 @@ from typing import Any, TypeVar
 from asgiref.sync import sync_to_async
 from django.db import close_old_connections
 
-from . import effects
+from . import effects, recorder
 from .access import denied_candidates
 from .conf import routing_settings
 from .dbconn import release_pooled_connections
@@ -48,17 +48,15 @@ from .effects import (
 )
 from .errors import NetworkError, ProviderError, ResponseError
 from .explanation import CandidateExplanation, Explanation
-from .logging import known_key_values
 from .models import Provider
 from .providers.base import BaseProvider, validate_structured
 from .providers.mock import MockProvider
 from .providers.registry import get_adapter, is_known_kind
-from .recorder import record_or_spool, submit
 from .resilience import breaker
 from .resilience.breaker import Allow, Observe
 from .resilience.budget import Budget
 from .resilience.retry import InvokeSteps, deadline_caused, error_result, retry_steps
-from .sanitize import KeyGuard, redacted, sanitized, scrub_error
+from .sanitize import StreamGuard, redacted, sanitized, scrub_error
 from .signals import (
     after_provider_result,
     before_provider_call,
@@ -445,13 +443,16 @@ class Record(Effect):
     routed: RoutingResult
 
     def run(self, ctx: Context) -> None:
-        record_or_spool(self.request, self.routed)
+        if ctx.finalizing:  # a dropped stream's finalizer: never the database here
+            recorder.submit(self.request, self.routed)
+        else:
+            recorder.record_or_spool(self.request, self.routed)
 
     async def arun(self, ctx: Context) -> None:
-        if routing_settings.RECORD_MODE == "write_behind":
-            submit(self.request, self.routed)  # a bounded queue: never blocks the loop
+        if routing_settings.RECORD_MODE == "write_behind" or ctx.finalizing:
+            recorder.submit(self.request, self.routed)  # a bounded queue: never blocks
         else:
-            await _off_loop(record_or_spool)(self.request, self.routed)
+            await _off_loop(recorder.record_or_spool)(self.request, self.routed)
 
 
 def _gone_error() -> ResponseError:
@@ -483,6 +484,8 @@ class _Session:
         )
         # Candidates the caller may not use: skipped as not_allowed (docs/operations.md).
         self.denied = setup.denied
+        # Set by the one exit (:meth:`finish`), which runs once.
+        self.routed: RoutingResult | None = None
 
     @property
     def request_id(self) -> str:
@@ -635,11 +638,45 @@ class _Session:
             "chain_exhausted",
         )
 
+    def failed(self, exc: BaseException) -> ProviderResult:
+        """The final result of a walk that raised where nothing should (a bug, a hook):
+        an error result, so the request still ends through :meth:`finish`."""
+        logger.error(
+            "Routing request %s failed unexpectedly (%s); recorded as an error.",
+            self.request_id,
+            type(exc).__name__,
+            exc_info=(type(exc), exc, exc.__traceback__),
+        )
+        last = self.walk.attempts[-1] if self.walk.attempts else None
+        return ProviderResult(
+            provider=last.provider if last else "",
+            model=last.model if last else "",
+            mode="error",
+            status="error",
+            error=ResponseError(
+                f"The router failed unexpectedly ({type(exc).__name__})."
+            ).to_info(),
+        )
+
     def finish(
         self, final: ProviderResult, fallback_reason: str | None, *, persist: bool
     ) -> Steps[RoutingResult]:
+        """The one exit of every request that reached the walk (both drivers, stream or
+        not): record the decision (``Record``: inline, spooled, or queued for the
+        write-behind writer), then announce it (``request_routed``: the budget's
+        settlement with the usage the upstream reported and the release of the place in
+        flight, metrics, traces). Exactly once: a second call returns the first's
+        result. Nothing raised before or inside it stops it: a recording failure (the
+        recorder, an encoding error) is logged and the request is still announced (so
+        still charged); a receiver that raises is logged (:func:`signals.send`); a
+        client gone or a cancellation during the record still announces it."""
+        if self.routed is not None:
+            return self.routed
         plan = self.plan
-        final = sanitized(final, self.request)
+        try:
+            final = sanitized(final, self.request)
+        except Exception as exc:  # never lose the exit to the filter: a bare error then
+            final = self.failed(exc)
         metadata = RoutingMetadata(
             request_id=self.request_id,
             router_mode=plan.router_mode,
@@ -653,24 +690,33 @@ class _Session:
             fallback_used=fallback_reason is not None,
             fallback_reason=fallback_reason,
         )
-        routed = RoutingResult(
+        routed = self.routed = RoutingResult(
             request_id=self.request_id,
             result=final,
             metadata=metadata,
             total_latency_ms=(time.perf_counter() - self.started) * 1000,
         )
-        if persist:
-            yield Record(self.request, routed)  # never raises; spools on a DB error
-        logger.info(
-            "routed request_id=%s task=%s mode=%s selected=%s status=%s fallback=%s",
-            self.request_id,
-            self.request.task,
-            plan.router_mode,
-            final.provider,
-            final.status,
-            fallback_reason,
-        )
-        send(request_routed, request_id=self.request_id, request=self.request, routed=routed)
+        try:
+            if persist:
+                try:
+                    yield Record(self.request, routed)
+                except Exception as exc:  # the record is lost; the charge is not
+                    logger.error(
+                        "Could not record routing decision %s (%s).",
+                        self.request_id,
+                        type(exc).__name__,
+                    )
+        finally:  # a ClientGone (or the driver's teardown) at the record included
+            logger.info(
+                "routed request_id=%s task=%s mode=%s selected=%s status=%s fallback=%s",
+                self.request_id,
+                self.request.task,
+                plan.router_mode,
+                final.provider,
+                final.status,
+                fallback_reason,
+            )
+            send(request_routed, request_id=self.request_id, request=self.request, routed=routed)
         return routed
 
 
@@ -683,6 +729,8 @@ def _route(request: AuditRequest, request_id: str | None, persist: bool) -> Step
     except ClientGone:  # cancelled (async driver): the decision is still recorded
         yield from session.finish(session.gone(), None, persist=persist)
         raise
+    except Exception as exc:  # a bug or a hook: still one exit, and no 500
+        final, fallback_reason = session.failed(exc), None
     return (yield from session.finish(final, fallback_reason, persist=persist))
 
 
@@ -826,10 +874,40 @@ def _route_stream(
     request: AuditRequest, request_id: str | None, stream_mode: str | None, persist: bool
 ) -> Steps[None]:
     """The whole of :func:`route_stream` / :func:`aroute_stream`: its events to the
-    caller are ``Emit`` effects."""
+    caller are ``Emit`` effects. Whatever raises in the walk, the request ends through
+    the session's one exit and the stream with its one final event."""
     started = time.perf_counter()
     session = _Session(request, (yield Setup(request)), request_id=request_id, started=started)
     mode = stream_mode or session.plan.stream_mode
+    outcome = _StreamOutcome()
+    delivered: list[str] = []
+    guard = StreamGuard(request)  # the one key filter of everything this stream emits
+    try:
+        last = yield from _stream_walk(session, mode, persist, outcome, delivered, guard)
+    except ClientGone:
+        if session.routed is None:
+            yield from session.finish(session.gone(), None, persist=persist)
+        raise
+    except Exception as exc:  # a bug or a hook: still one exit and one final event
+        routed = yield from session.finish(session.failed(exc), None, persist=persist)
+        error = routed.result.error
+        if error is None:
+            last = StreamResult(routed)
+        else:
+            last = StreamFailure(error=error, partial=outcome.committed(delivered), routed=routed)
+    yield Emit(guard.final(last))
+
+
+def _stream_walk(
+    session: _Session,
+    mode: str,
+    persist: bool,
+    outcome: _StreamOutcome,
+    delivered: list[str],
+    guard: StreamGuard,
+) -> Steps[StreamResult | StreamFailure]:
+    """The stream's walk, pump and exit; returns its final event (the caller emits it)."""
+    request = session.request
     live: dict[str, _Live] = {}
     # Opened streams whose outcome the breaker has not seen yet (settled when they end).
     opened: dict[str, _Opened] = {}
@@ -871,9 +949,8 @@ def _route_stream(
 
         return attempt
 
-    outcome = _StreamOutcome()
     try:
-        final, fallback_reason = yield from session.run(opener(session.request, mode == "atomic"))
+        final, fallback_reason = yield from session.run(opener(request, mode == "atomic"))
     except ClientGone:  # cancelled before the commit point (async drivers)
         outcome.failure = _gone_error()
         final = session.gone()
@@ -885,12 +962,11 @@ def _route_stream(
         raise
     if not final.ok or final.provider not in live:
         routed = yield from session.finish(final, fallback_reason, persist=persist)
-        yield Emit(StreamResult(routed))
-        return
+        return StreamResult(routed)
 
-    delivered: list[str] = []
     try:
-        yield from _pump(live.pop(final.provider), delivered, outcome, session.walk.attempts[-1])
+        served = session.walk.attempts[-1]
+        yield from _pump(live.pop(final.provider), delivered, outcome, served, guard)
         yield from _settle(session, opened.pop(final.provider, None), final, outcome)
         if (
             outcome.failure is not None
@@ -898,7 +974,7 @@ def _route_stream(
             and delivered
             and not outcome.tool_deltas  # a prefill cannot continue a half tool call
         ):
-            yield from _continue(session, opener, live, opened, delivered, outcome)
+            yield from _continue(session, opener, live, opened, delivered, outcome, guard)
     except ClientGone:
         outcome.failure = _gone_error()
         raise
@@ -911,10 +987,9 @@ def _route_stream(
             session, final, fallback_reason, delivered, outcome, persist
         )
     if outcome.failure is None:
-        yield Emit(StreamResult(routed))
-    else:
-        info = scrub_error((outcome.original or outcome.failure).to_info(), session.request)
-        yield Emit(StreamFailure(error=info, partial=outcome.committed(delivered), routed=routed))
+        return StreamResult(routed)
+    info = scrub_error((outcome.original or outcome.failure).to_info(), request)
+    return StreamFailure(error=info, partial=outcome.committed(delivered), routed=routed)
 
 
 @dataclass
@@ -938,16 +1013,27 @@ class _StreamOutcome:
         return assemble_tool_calls(self.tool_deltas)
 
 
+def _deliver(chunk: StreamChunk, delivered: list[str], outcome: _StreamOutcome) -> Emit:
+    """A chunk that has passed the stream's key filter, as it leaves (and as it counts
+    toward the answer: the text delivered, the tool-call fragments delivered)."""
+    if chunk.tool_call is not None:
+        outcome.tool_deltas.append(chunk.tool_call)
+    if chunk.text:
+        delivered.append(chunk.text)
+    return Emit(chunk)
+
+
 def _pump(
     source: _Live,
     delivered: list[str],
     outcome: _StreamOutcome,
     served: AttemptRecord,
+    guard: StreamGuard,
 ) -> Steps[None]:
-    """Hand a live stream's events to the caller (``Emit``) until its end, then close it."""
+    """Hand a live stream's events to the caller (``Emit``, each through the stream's
+    one key filter ``guard``) until its end, then close it."""
     events, head = source
     outcome.end, outcome.failure = None, None
-    guard = KeyGuard(known_key_values())
     queued = iter(head)
     try:
         while True:
@@ -958,15 +1044,15 @@ def _pump(
                 outcome.end = event
                 break
             if isinstance(event, StreamToolCallDelta):
-                outcome.tool_deltas.append(event.delta)
-                yield Emit(
-                    StreamChunk(
-                        "", provider=served.provider, model=served.model, tool_call=event.delta
-                    )
+                chunk = StreamChunk(
+                    "", provider=served.provider, model=served.model, tool_call=event.delta
                 )
-            elif isinstance(event, StreamDelta) and (text := guard.feed(event.text)):
-                delivered.append(text)
-                yield Emit(StreamChunk(text, provider=served.provider, model=served.model))
+            elif isinstance(event, StreamDelta):
+                chunk = StreamChunk(event.text, provider=served.provider, model=served.model)
+            else:
+                continue
+            if (clean := guard.chunk(chunk)) is not None:
+                yield _deliver(clean, delivered, outcome)
         if outcome.end is None:
             outcome.failure = ResponseError("The stream was cut before it finished.")
     except ProviderError as exc:
@@ -978,9 +1064,8 @@ def _pump(
         yield CloseStream(events)
         raise
     yield CloseStream(events)
-    if rest := guard.flush():
-        delivered.append(rest)
-        yield Emit(StreamChunk(rest, provider=served.provider, model=served.model))
+    for rest in guard.flush(served.provider, served.model):
+        yield _deliver(rest, delivered, outcome)
 
 
 #: An opened stream: the config it was called with and the timeout it was given.
@@ -1016,6 +1101,7 @@ def _continue(
     opened: dict[str, _Opened],
     delivered: list[str],
     outcome: _StreamOutcome,
+    guard: StreamGuard,
 ) -> Steps[None]:
     """Mid-stream failure in continuation mode: one later candidate with prefill
     support continues the delivered text. A fallback that fails (or rejects the
@@ -1047,7 +1133,7 @@ def _continue(
         session.walk.add(**_attempt_record(result, served=result.ok))
         if not result.ok or name not in live:
             break
-        yield from _pump(live.pop(name), delivered, outcome, session.walk.attempts[-1])
+        yield from _pump(live.pop(name), delivered, outcome, session.walk.attempts[-1], guard)
         yield from _settle(session, opened.pop(name, None), result, outcome)
         if outcome.failure is None:
             outcome.served_by = name

@@ -264,7 +264,12 @@ class AuditRequest:
 
     @property
     def input_sha256(self) -> str:
-        return hashlib.sha256(self._canonical_input().encode("utf-8")).hexdigest()
+        """SHA-256 of the canonical input's UTF-8 bytes. Defined for every ``str``: a
+        lone surrogate (which no valid UTF-8 holds, and which the input boundary may
+        refuse) is hashed as its three-byte form (``surrogatepass``), so the hash never
+        raises after an upstream was called and the record is never lost to it. For
+        valid text the bytes, and so the hash, are plain UTF-8's."""
+        return hashlib.sha256(self._canonical_input().encode("utf-8", "surrogatepass")).hexdigest()
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,7 +15,6 @@ one) unless the chain sets ``mock_backstop``.
 
 from __future__ import annotations
 
-import itertools
 import json
 import time
 import uuid
@@ -60,7 +59,14 @@ from .chat_serializers import (
 from .reuse import reused
 from .schema_docs import CHAT_COMPLETIONS, MODELS
 from .serializers import ToolCallSerializer, output_tokens_within_limit
-from .sse import SSENegotiationMixin, aclose_events, closing_events, sse, sse_response
+from .sse import (
+    EventFrames,
+    SSENegotiationMixin,
+    aclose_events,
+    closing_events,
+    sse,
+    sse_response,
+)
 
 __all__ = [
     "ChatCompletionRequestSerializer",
@@ -492,7 +498,7 @@ class ChatCompletionsView(SSENegotiationMixin, OpenAIErrorsMixin, RoutingAPIView
         if isinstance(first, StreamResult) and first.routed.result.status != "ok":
             return _error_response(first.routed)  # nothing was sent yet: a real HTTP error
         frames = _Frames(request_id, include_usage=include_usage)
-        body = (f for event in itertools.chain([first], events) for f in frames(event))
+        body = EventFrames(events, frames, head=(first,))
         return _stream_response(body, request_id, first)
 
     async def aanswer(
