@@ -33,6 +33,7 @@ from django.db import close_old_connections
 
 from . import effects, recorder
 from .access import denied_candidates
+from .availability import may_try, missing_capability
 from .conf import routing_settings
 from .dbconn import release_pooled_connections
 from .effects import (
@@ -46,14 +47,14 @@ from .effects import (
     OpenStream,
     Steps,
 )
-from .errors import NetworkError, ProviderError, ResponseError
+from .errors import ClientDisconnectedError, NetworkError, ProviderError, ResponseError
 from .explanation import CandidateExplanation, Explanation
 from .models import Provider
 from .providers.base import BaseProvider, validate_structured
 from .providers.mock import MockProvider
 from .providers.registry import get_adapter, is_known_kind
 from .resilience import breaker
-from .resilience.breaker import Allow, Observe
+from .resilience.breaker import Observe
 from .resilience.budget import Budget
 from .resilience.retry import InvokeSteps, deadline_caused, error_result, retry_steps
 from .sanitize import StreamGuard, redacted, sanitized, scrub_error
@@ -66,7 +67,6 @@ from .signals import (
 )
 from .snapshot import ConfigSnapshot, RuleSpec, acurrent, current
 from .types import (
-    CAPABILITIES,
     MOCK_PROVIDER_NAME,
     AttemptRecord,
     AuditRequest,
@@ -219,16 +219,6 @@ def _mock_config(row: Provider | None) -> ProviderConfig:
     )
 
 
-def missing_capability(adapter: BaseProvider, request: AuditRequest) -> str | None:
-    """The first capability the request needs that the provider lacks (in
-    :data:`~llm_routing.types.CAPABILITIES` order), or None when it can serve it."""
-    needed = request.required_capabilities
-    for capability in CAPABILITIES:
-        if capability in needed and not adapter.supports(capability):
-            return capability
-    return None
-
-
 def _denied(plan: Plan, request: AuditRequest, config: ConfigSnapshot) -> frozenset[str]:
     """The plan's candidates this request's caller may not use (``not_allowed``)."""
     return denied_candidates(
@@ -239,38 +229,6 @@ def _denied(plan: Plan, request: AuditRequest, config: ConfigSnapshot) -> frozen
         forced=plan.router_mode == "forced",
         config=config,
     )
-
-
-def _skip_reason(
-    name: str,
-    row: Provider | None,
-    adapter: BaseProvider | None,
-    request: AuditRequest,
-    budget: Budget | None = None,
-    *,
-    denied: frozenset[str] = frozenset(),
-) -> str | None:
-    """Why a candidate cannot be tried, the circuit aside (the walk asks it last, through
-    the ``Allow`` effect of :meth:`_Session.skip`; explain peeks at it)."""
-    if name == MOCK_PROVIDER_NAME:
-        return None
-    if name in denied:  # the caller may not use it (access rules; never the mock)
-        return "not_allowed"
-    if row is None:
-        return "unknown_provider"
-    if not row.enabled:
-        return "disabled"
-    if adapter is None:
-        return "unknown_provider"
-    if adapter.requires_key and not row.key_present:
-        return "missing_key"
-    if missing_capability(adapter, request) is not None:
-        return "unsupported"
-    if budget is not None and not budget.can_start():
-        # No time or attempts left for a real call: skipped, not a phantom attempt.
-        # Checked before the breaker so a half-open probe slot is never taken in vain.
-        return "budget_exhausted"
-    return None
 
 
 def _adapter_for(name: str, model: str, row: Provider | None) -> BaseProvider | None:
@@ -349,14 +307,6 @@ def _skip_result(
         status=status,  # type: ignore[arg-type]
         error=ErrorInfo(category=reason, message=message),
     )
-
-
-def _advances(result: ProviderResult) -> bool:
-    if result.error is None:
-        return True
-    if result.error.transient:
-        return True
-    return result.error.category == "context_length"
 
 
 AttemptFn = Callable[[BaseProvider], Steps[ProviderResult]]
@@ -455,10 +405,8 @@ class Record(Effect):
             await _off_loop(recorder.record_or_spool)(self.request, self.routed)
 
 
-def _gone_error() -> ResponseError:
-    error = ResponseError("The client went away mid-stream.")
-    error.category = "client_disconnected"
-    return error
+def _gone_error() -> ClientDisconnectedError:
+    return ClientDisconnectedError()
 
 
 class _Session:
@@ -497,13 +445,24 @@ class _Session:
         row: Provider | None,
         adapter: BaseProvider | None,
         budget: Budget | None,
+        *,
+        forced: bool = False,
+        needs: frozenset[str] = frozenset(),
     ) -> Steps[str | None]:
-        """:func:`_skip_reason`, then (last) the circuit, which may claim a probe slot."""
-        reason = _skip_reason(name, row, adapter, self.request, budget, denied=self.denied)
-        if reason is None and adapter is not None and name != MOCK_PROVIDER_NAME:
-            if not (yield Allow(adapter.config)):
-                return "circuit_open"
-        return reason
+        """:func:`~llm_routing.availability.may_try` for this request (its caller's
+        access rules), claiming the circuit (a half-open probe slot)."""
+        return (
+            yield from may_try(
+                name,
+                row,
+                adapter,
+                self.request,
+                denied=self.denied,
+                budget=budget,
+                forced=forced,
+                needs=needs,
+            )
+        )
 
     def call(
         self,
@@ -571,9 +530,7 @@ class _Session:
         # Forced mode never substitutes the mock, but it respects the access rules, the
         # attempt budget and the circuit: an open circuit answers circuit_open without
         # a call; a half-open one lets the forced call be its single probe.
-        reason = yield from self.skip(name, row, adapter, self.budget)
-        if adapter is None and reason != "not_allowed":
-            reason = "unknown_provider"
+        reason = yield from self.skip(name, row, adapter, self.budget, forced=True)
         if reason is not None or adapter is None:
             reason = reason or "unknown_provider"
             model = row.model if row else ""
@@ -612,7 +569,7 @@ class _Session:
             walk.add(**_attempt_record(result, served=False))
             category = result.error.category if result.error else "response"
             first_reason = first_reason or category
-            if not _advances(result):
+            if not (result.error is None or result.error.advances):
                 return result, first_reason if position > 0 else None
             send(on_provider_fallback, request_id=walk.request_id, provider=name, reason=category)
         # Every candidate was skipped or failed: reachable when the plan has no mock
@@ -764,8 +721,8 @@ def explain(request: AuditRequest) -> Explanation:
     """What :func:`route` would do with ``request`` now, without calling any provider,
     recording anything or touching circuit state (no half-open probe slot is claimed).
 
-    The same :func:`resolve` and :func:`_skip_reason` as the walk; the circuit is read
-    with :func:`breaker.peek` instead of claimed with :func:`breaker.allow`. What it
+    The same :func:`resolve` and :func:`~llm_routing.availability.may_try` as the walk;
+    the circuit is read (``PeekCircuit``) instead of claimed (``Allow``). What it
     cannot foresee: a provider failing, and the budget running out after earlier
     attempts (every verdict assumes a fresh budget).
     """
@@ -778,9 +735,10 @@ def explain(request: AuditRequest) -> Explanation:
     for position, (name, model) in enumerate(plan.candidates):
         row = rows.get(name)
         adapter = _adapter_for(name, model, row)
-        reason = _skip_reason(name, row, adapter, request, denied=denied)
-        if forced and adapter is None and reason != "not_allowed":
-            reason = "unknown_provider"
+        # The walk's own decision, the circuit read without claiming a probe slot.
+        reason = effects.run(
+            may_try(name, row, adapter, request, denied=denied, forced=forced, claim=False)
+        )
         shown_model = model or (adapter.config.model if adapter else (row.model if row else ""))
         if adapter is None:
             out.append(
@@ -791,8 +749,6 @@ def explain(request: AuditRequest) -> Explanation:
             continue
         config = adapter.config
         look = breaker.peek(config)
-        if reason is None and not forced and not look.allowed:
-            reason = "circuit_open"  # the walk's last check, read without claiming
         circuit = look.circuit
         out.append(
             CandidateExplanation(
@@ -1125,10 +1081,10 @@ def _continue(
     for name in after:
         row = session.rows.get(name)
         adapter = _adapter_for(name, "", row)
-        if row is None or adapter is None or not adapter.supports("prefill"):
+        prefill = frozenset({"prefill"})
+        if (yield from session.skip(name, row, adapter, None, needs=prefill)) is not None:
             continue
-        if (yield from session.skip(name, row, adapter, None)) is not None:
-            continue
+        assert adapter is not None  # may_try says unknown_provider without one
         result = yield from opener(request, False)(adapter)
         session.walk.add(**_attempt_record(result, served=result.ok))
         if not result.ok or name not in live:

@@ -436,3 +436,62 @@ def test_the_router_stream_filters_tool_call_fragments_on_both_drivers(
     assert all(KEY not in (d.id or "") for d in deltas)
     assert isinstance(events[-1], StreamResult)
     assert KEY not in repr(events)
+
+
+# --- item 3: one availability decision, one failure policy ---------------------------------
+
+
+@pytest.mark.django_db
+def test_explain_and_a_forced_call_agree_on_an_open_circuit(
+    scripted: Any, key_env: str, clock: Any
+) -> None:
+    """One decision (availability.may_try): explain used to say "try" for a forced
+    provider whose circuit is open, while the forced call answered circuit_open."""
+    from llm_routing.resilience import breaker
+    from llm_routing.resilience.breaker import OPEN, Circuit
+    from tests.conftest import make_provider
+
+    row = make_provider("a")
+    now = clock()
+    breaker.store.save(
+        Circuit(provider="a", model=row.model, state=OPEN, failures=3, level=1,
+                opened_at=now, open_until=now + 30, last_error_category="unavailable")
+    )  # fmt: skip
+    request = AuditRequest(task="t", input_text="x", force_provider="a")
+    explained = router.explain(request).candidates[0]
+    routed = router.route(request)
+    assert routed.metadata.attempts[0].reason == "circuit_open"
+    assert (explained.verdict, explained.reason) == ("skip", "circuit_open")
+    assert scripted.calls == []
+
+
+def test_the_failure_policy_is_carried_by_the_error() -> None:
+    """ProviderError's class decides; the ErrorInfo carries it; the walk and the breaker
+    read it (``advances``, ``counts``, ``observed``)."""
+    from llm_routing import errors
+    from llm_routing.resilience import breaker
+
+    table = {
+        errors.RateLimitError: (True, True, True),
+        errors.UnavailableError: (True, True, True),
+        errors.NetworkError: (True, True, True),
+        errors.ProviderTimeoutError: (True, True, True),
+        errors.BudgetExhaustedError: (True, False, False),
+        errors.ContextLengthError: (True, False, True),
+        errors.AuthenticationError: (False, False, True),
+        errors.InvalidRequestError: (False, False, True),
+        errors.ContentPolicyError: (False, False, True),
+        errors.ResponseError: (False, False, True),
+        errors.ClientDisconnectedError: (False, False, False),
+    }
+    for cls, policy in table.items():
+        info = cls().to_info()
+        assert (info.advances, info.counts, info.observed) == policy, cls
+        assert breaker.counts(info) is policy[1]
+        # An ErrorInfo built without its class (a test, a skip) gets the same table.
+        bare = type(info)(category=info.category, message="", transient=info.transient)
+        assert (bare.advances, bare.counts, bare.observed) == policy, cls
+    # An instance's policy is what is read: a ProviderError made to stop the walk does.
+    odd = errors.UnavailableError()
+    odd.advances = False
+    assert odd.to_info().advances is False

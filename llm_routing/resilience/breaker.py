@@ -64,7 +64,6 @@ __all__ = [
     "CACHE_RETRY_S",
     "CLOSED",
     "HALF_OPEN",
-    "NOT_OBSERVED",
     "OPEN",
     "RECORD_TTL_S",
     "SUCCESS_WRITE_INTERVAL_S",
@@ -73,6 +72,7 @@ __all__ = [
     "CircuitStore",
     "Observe",
     "Peek",
+    "PeekCircuit",
     "Policy",
     "aallow",
     "allow",
@@ -252,18 +252,10 @@ def _iso(ts: float | None) -> str | None:
     return datetime.fromtimestamp(ts, tz=UTC).isoformat(timespec="milliseconds")
 
 
-#: Failure categories that say nothing about the provider's health: never fed to a
-#: circuit (the deadline ran out during the call; the client went away mid-stream).
-NOT_OBSERVED = frozenset({"budget_exhausted", "client_disconnected"})
-
-
 def counts(error: ErrorInfo) -> bool:
-    """Whether a failure counts toward opening the circuit (the failure policy)."""
-    return (
-        error.transient
-        and error.category != "context_length"
-        and error.category not in NOT_OBSERVED
-    )
+    """Whether a failure counts toward opening the circuit: the policy the error
+    carries (:class:`~llm_routing.types.ErrorInfo`), read, never re-derived here."""
+    return bool(error.counts)
 
 
 def _quiet(circuit: Circuit, now: float, policy: Policy) -> bool:
@@ -637,7 +629,7 @@ class CircuitStore:
         try:
             if result.upstream_requests == 0 and not result.ok:
                 return  # the budget ran out before any request: nothing was observed
-            if result.error is not None and result.error.category in NOT_OBSERVED:
+            if result.error is not None and not result.error.observed:
                 return  # the deadline or the client ended the call, not the provider
             yield from self._observe(config, result, probe=probe)
         finally:
@@ -781,6 +773,20 @@ class Allow(Effect):
 
     async def arun(self, ctx: Context) -> bool:
         return await aallow(self.config)
+
+
+@dataclass(frozen=True, slots=True)
+class PeekCircuit(Effect):
+    """:func:`peek` for this config → whether a call would be let through now (reads
+    only: no probe slot claimed; explain)."""
+
+    config: ProviderConfig
+
+    def run(self, ctx: Context) -> bool:
+        return peek(self.config).allowed
+
+    async def arun(self, ctx: Context) -> bool:
+        return (await apeek(self.config)).allowed
 
 
 @dataclass(frozen=True, slots=True)
