@@ -28,7 +28,7 @@ import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Generator, Iterator
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from .providers.base import BaseProvider
 from .types import AuditRequest, ProviderResult, StreamEvent
@@ -80,9 +80,18 @@ class Context:
 
 class Effect:
     """One piece of I/O the core asks for. ``run`` executes it blocking, ``arun``
-    awaiting; both return the value the core receives (or raise into the core)."""
+    awaiting; both return the value the core receives (or raise into the core).
+
+    A *quiet* effect is bookkeeping whose failure must not change the request's
+    outcome (the breaker's ``Allow`` / ``Observe``, closing a stream): the drivers log
+    its exception and hand the core :meth:`fallback` instead of raising into it."""
 
     __slots__ = ()
+    quiet: ClassVar[bool] = False
+
+    def fallback(self) -> Any:
+        """What the core receives when a quiet effect failed."""
+        return None
 
     def run(self, ctx: Context) -> Any:
         raise NotImplementedError
@@ -165,6 +174,7 @@ class CloseStream(Effect):
     """Close a stream (stops the upstream request) → None; never raises."""
 
     handle: Any
+    quiet: ClassVar[bool] = True
 
     def run(self, ctx: Context) -> None:
         close = getattr(self.handle, "close", None)
@@ -200,6 +210,17 @@ class Emit(Effect):
 # --- drivers ------------------------------------------------------------------------------
 
 
+def _failed(effect: Effect, err: Exception) -> tuple[Any, Exception | None]:
+    """(value, exception) for the core after ``effect`` raised ``err``: a quiet effect's
+    fallback (logged), else the exception, raised into the core at its yield."""
+    if not effect.quiet:
+        return None, err
+    logger.error(
+        "%s failed (%s); routing goes on without it.", type(effect).__name__, type(err).__name__
+    )
+    return effect.fallback(), None
+
+
 def _step(core: Steps[T], value: Any, exc: BaseException | None) -> Effect:
     return core.throw(exc) if exc is not None else core.send(value)
 
@@ -218,7 +239,7 @@ def run(core: Steps[T], *, sleeper: Sleeper | None = None) -> T:
         try:
             value = effect.run(ctx)
         except Exception as err:  # raised into the core at its yield
-            exc = err
+            value, exc = _failed(effect, err)
         except BaseException:
             _abandon(core)
             raise
@@ -242,7 +263,7 @@ async def arun(core: Steps[T], *, sleeper: AsyncSleeper | None = None) -> T:
             await _aunwind(core, ctx)
             raise
         except Exception as err:
-            exc = err
+            value, exc = _failed(effect, err)
         except BaseException:
             _abandon(core)
             raise
@@ -316,7 +337,7 @@ def _drive_stream(core: Steps[None], ctx: Context, closing: _Closing) -> Generat
         try:
             value = effect.run(ctx)
         except Exception as err:
-            exc = err
+            value, exc = _failed(effect, err)
         except BaseException:
             _abandon(core)
             raise
@@ -348,7 +369,7 @@ async def astream(
             await _aunwind(core, ctx)
             raise
         except Exception as err:
-            exc = err
+            value, exc = _failed(effect, err)
         except BaseException:
             _abandon(core)
             raise
@@ -369,7 +390,7 @@ def _unwind(core: Steps[Any], ctx: Context) -> None:
         try:
             value = effect.run(ctx)
         except Exception as err:
-            exc = err
+            value, exc = _failed(effect, err)
         except BaseException:
             _abandon(core)
             raise
@@ -403,7 +424,7 @@ async def _aunwind(core: Steps[Any], ctx: Context) -> None:
         try:
             value = await effect.arun(ctx)
         except Exception as err:
-            exc = err
+            value, exc = _failed(effect, err)
         except BaseException:  # cancelled again while cleaning up: stop here
             _abandon(core)
             raise

@@ -60,6 +60,7 @@ from .resilience.retry import InvokeSteps, deadline_caused, error_result, retry_
 from .sanitize import StreamGuard, redacted, sanitized, scrub_error
 from .signals import (
     after_provider_result,
+    asend,
     before_provider_call,
     on_provider_fallback,
     request_routed,
@@ -405,6 +406,25 @@ class Record(Effect):
             await _off_loop(recorder.record_or_spool)(self.request, self.routed)
 
 
+@dataclass(frozen=True, slots=True)
+class Announce(Effect):
+    """Send ``request_routed`` → None: the budgets' settlement with the usage the
+    upstream reported and the release of the place in flight, metrics, traces. On the
+    event loop it awaits what its receivers deferred (the settlement task), so a loop
+    that stops right after the request cannot lose the charge."""
+
+    request: AuditRequest
+    routed: RoutingResult
+
+    def run(self, ctx: Context) -> None:
+        send(request_routed, request_id=self.routed.request_id, request=self.request,
+             routed=self.routed)  # fmt: skip
+
+    async def arun(self, ctx: Context) -> None:
+        await asend(request_routed, request_id=self.routed.request_id, request=self.request,
+                    routed=self.routed)  # fmt: skip
+
+
 def _gone_error() -> ClientDisconnectedError:
     return ClientDisconnectedError()
 
@@ -501,7 +521,11 @@ class _Session:
             raise
         result = sanitized(result, request)
         if not (defer_success and result.ok):
-            yield Observe(config, result)
+            try:
+                yield Observe(config, result)
+            except ClientGone:  # cancelled here: the answer (and its usage) still counts
+                self.walk.add(**_attempt_record(result, served=False))
+                raise
         send(after_provider_result, request_id=self.request_id, provider=config.name, result=result)
         return result
 
@@ -653,27 +677,39 @@ class _Session:
             metadata=metadata,
             total_latency_ms=(time.perf_counter() - self.started) * 1000,
         )
+        announce = Announce(self.request, routed)
         try:
             if persist:
                 try:
                     yield Record(self.request, routed)
-                except Exception as exc:  # the record is lost; the charge is not
+                except Exception as exc:  # then the write-behind queue (or its spool)
                     logger.error(
-                        "Could not record routing decision %s (%s).",
+                        "Could not record routing decision %s inline (%s); queued.",
                         self.request_id,
                         type(exc).__name__,
                     )
-        finally:  # a ClientGone (or the driver's teardown) at the record included
-            logger.info(
-                "routed request_id=%s task=%s mode=%s selected=%s status=%s fallback=%s",
-                self.request_id,
-                self.request.task,
-                plan.router_mode,
-                final.provider,
-                final.status,
-                fallback_reason,
-            )
-            send(request_routed, request_id=self.request_id, request=self.request, routed=routed)
+                    recorder.submit(self.request, routed)  # never raises
+        except BaseException:  # torn down at the record (ClientGone): queue, announce
+            if persist:
+                recorder.submit(self.request, routed)  # idempotent: request_id is unique
+            announce.run(Context())
+            raise
+        logger.info(
+            "routed request_id=%s task=%s mode=%s selected=%s status=%s fallback=%s",
+            self.request_id,
+            self.request.task,
+            plan.router_mode,
+            final.provider,
+            final.status,
+            fallback_reason,
+        )
+        try:
+            yield announce
+        except Exception:  # the effect failed: send it here, synchronously
+            announce.run(Context())
+        except BaseException:  # torn down at the announcement: send it here
+            announce.run(Context())
+            raise
         return routed
 
 
@@ -1120,6 +1156,11 @@ def _finish_stream(
     attempts = session.walk.attempts
     last = attempts[-1]
     failure = outcome.failure
+    end = outcome.end
+    if failure is not None and end is not None and end.usage is not None:
+        # The upstream finished and reported its usage, then the request was cut (the
+        # client, a cancellation): that usage is charged all the same.
+        last = attempts[-1] = replace(last, usage=end.usage)
     if failure is not None and not last.partial:
         attempts[-1] = replace(
             last,
@@ -1131,7 +1172,6 @@ def _finish_stream(
             http_status=failure.http_status,
             transient=failure.transient,
         )
-    end = outcome.end
     provider = outcome.served_by or final.provider
     if failure is None:
         result = replace(

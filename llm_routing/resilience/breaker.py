@@ -47,7 +47,7 @@ from collections.abc import Callable, Generator, Iterable, Mapping
 from dataclasses import asdict, dataclass, fields, replace
 from datetime import UTC, datetime
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from django.core.cache.backends.locmem import LocMemCache
 from django.core.exceptions import ImproperlyConfigured
@@ -764,9 +764,14 @@ async def aobserve(config: ProviderConfig, result: ProviderResult) -> None:
 
 @dataclass(frozen=True, slots=True)
 class Allow(Effect):
-    """:func:`allow` for this config → bool (may claim the half-open probe slot)."""
+    """:func:`allow` for this config → bool (may claim the half-open probe slot).
+    Quiet: should it fail, the call is let through (as on a cache outage)."""
 
     config: ProviderConfig
+    quiet: ClassVar[bool] = True
+
+    def fallback(self) -> bool:
+        return True
 
     def run(self, ctx: Context) -> bool:
         return allow(self.config)
@@ -778,9 +783,13 @@ class Allow(Effect):
 @dataclass(frozen=True, slots=True)
 class PeekCircuit(Effect):
     """:func:`peek` for this config → whether a call would be let through now (reads
-    only: no probe slot claimed; explain)."""
+    only: no probe slot claimed; explain). Quiet, like :class:`Allow`."""
 
     config: ProviderConfig
+    quiet: ClassVar[bool] = True
+
+    def fallback(self) -> bool:
+        return True
 
     def run(self, ctx: Context) -> bool:
         return peek(self.config).allowed
@@ -791,10 +800,12 @@ class PeekCircuit(Effect):
 
 @dataclass(frozen=True, slots=True)
 class Observe(Effect):
-    """:func:`observe` this finished call → None (frees a probe slot it held)."""
+    """:func:`observe` this finished call → None (frees a probe slot it held). Quiet:
+    the breaker's bookkeeping never changes the request's outcome."""
 
     config: ProviderConfig
     result: ProviderResult
+    quiet: ClassVar[bool] = True
 
     def run(self, ctx: Context) -> None:
         observe(self.config, self.result)
