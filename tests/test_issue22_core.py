@@ -257,7 +257,8 @@ def asgi_settled(token: str, *calls: tuple[str, dict[str, Any]]) -> list[httpx.R
         ) as client:
             for url, body in calls:
                 out.append(await client.post(url, json=body))
-                await asyncio.gather(*list(budgets._settling))
+                loop = asyncio.get_running_loop()
+                await asyncio.gather(*[t for t in budgets._settling if t.get_loop() is loop])
         return out
 
     return asyncio.run(send_all())
