@@ -7,7 +7,7 @@ caller's input inside an error message. :func:`sanitized` cleans a
 hands it to a job row or a command; :class:`StreamGuard` is the one filter every
 streamed event passes before it leaves the router (text and tool-call fragments — id,
 name, arguments — with a key split across chunks held back until it can be told, model
-names, and the final event); :class:`KeyGuard` is its per-string part; :func:`redacted`
+names, and the final event's error); :class:`KeyGuard` is its per-string part; :func:`redacted`
 cleans a failure after a stream's commit point.
 
 Key values are those of :func:`llm_routing.logging.known_key_values` (every key
@@ -177,10 +177,13 @@ class StreamGuard:
         return out
 
     def final(self, event: StreamResult | StreamFailure) -> RouterStreamEvent:
-        routed = replace(event.routed, result=sanitized(event.routed.result, self.request))
+        """The final event as it may leave: its routed result has passed
+        :func:`sanitized` in the router's exit (the same object ``request_routed``
+        carried, kept as is); a failure's error message is scrubbed."""
         if isinstance(event, StreamResult):
-            return StreamResult(routed)
-        return replace(event, error=scrub_error(event.error, self.request), routed=routed)
+            return event
+        error = scrub_error(event.error, self.request)
+        return event if error is event.error else replace(event, error=error)
 
 
 def redacted(exc: ProviderError) -> ProviderError:
