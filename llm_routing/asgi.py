@@ -35,7 +35,6 @@ from django.urls import set_script_prefix
 from django.utils import module_loading
 
 from . import seams
-
 from .lane import lane  # the lean lane for /v1/* (issue 23): llm_routing/lane.py
 
 __all__ = [

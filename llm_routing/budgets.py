@@ -60,7 +60,7 @@ from .cache import (
 )
 from .conf import routing_settings
 from .models import Budget
-from .signals import send
+from .signals import defer, send
 from .types import Principal, RoutingResult
 
 __all__ = [
@@ -930,6 +930,7 @@ def _on_request_routed(sender: Any, routed: RoutingResult | None = None, **kwarg
     task = loop.create_task(_asettle(grant, *_amounts(*_used(routed))))
     _settling.add(task)
     task.add_done_callback(_settling.discard)
+    defer(task)  # the async router's exit awaits it: never lost to a loop's end
 
 
 def _on_request_finished(sender: Any, **kwargs: Any) -> None:

@@ -23,11 +23,12 @@ core (an adapter-bug guard) can swallow it.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Generator, Iterator
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from .providers.base import BaseProvider
 from .types import AuditRequest, ProviderResult, StreamEvent
@@ -44,6 +45,7 @@ __all__ = [
     "Sleep",
     "Sleeper",
     "Steps",
+    "SyncStream",
     "arun",
     "astream",
     "run",
@@ -64,17 +66,32 @@ class ClientGone(BaseException):
 
 @dataclass(frozen=True, slots=True)
 class Context:
-    """What a driver lends to the effects it executes (the injected sleeper)."""
+    """What a driver lends to the effects it executes (the injected sleeper).
+
+    ``finalizing``: the effects run from a garbage collector's finalizer (a sync stream
+    dropped without ``close()``), inside whatever code it interrupted — an effect must
+    not block on the database there (the router's ``Record`` hands its rows to the
+    write-behind queue instead)."""
 
     sleeper: Sleeper | None = None
     asleeper: AsyncSleeper | None = None
+    finalizing: bool = False
 
 
 class Effect:
     """One piece of I/O the core asks for. ``run`` executes it blocking, ``arun``
-    awaiting; both return the value the core receives (or raise into the core)."""
+    awaiting; both return the value the core receives (or raise into the core).
+
+    A *quiet* effect is bookkeeping whose failure must not change the request's
+    outcome (the breaker's ``Allow`` / ``Observe``, closing a stream): the drivers log
+    its exception and hand the core :meth:`fallback` instead of raising into it."""
 
     __slots__ = ()
+    quiet: ClassVar[bool] = False
+
+    def fallback(self) -> Any:
+        """What the core receives when a quiet effect failed."""
+        return None
 
     def run(self, ctx: Context) -> Any:
         raise NotImplementedError
@@ -157,6 +174,7 @@ class CloseStream(Effect):
     """Close a stream (stops the upstream request) → None; never raises."""
 
     handle: Any
+    quiet: ClassVar[bool] = True
 
     def run(self, ctx: Context) -> None:
         close = getattr(self.handle, "close", None)
@@ -192,6 +210,17 @@ class Emit(Effect):
 # --- drivers ------------------------------------------------------------------------------
 
 
+def _failed(effect: Effect, err: Exception) -> tuple[Any, Exception | None]:
+    """(value, exception) for the core after ``effect`` raised ``err``: a quiet effect's
+    fallback (logged), else the exception, raised into the core at its yield."""
+    if not effect.quiet:
+        return None, err
+    logger.error(
+        "%s failed (%s); routing goes on without it.", type(effect).__name__, type(err).__name__
+    )
+    return effect.fallback(), None
+
+
 def _step(core: Steps[T], value: Any, exc: BaseException | None) -> Effect:
     return core.throw(exc) if exc is not None else core.send(value)
 
@@ -210,7 +239,7 @@ def run(core: Steps[T], *, sleeper: Sleeper | None = None) -> T:
         try:
             value = effect.run(ctx)
         except Exception as err:  # raised into the core at its yield
-            exc = err
+            value, exc = _failed(effect, err)
         except BaseException:
             _abandon(core)
             raise
@@ -234,16 +263,58 @@ async def arun(core: Steps[T], *, sleeper: AsyncSleeper | None = None) -> T:
             await _aunwind(core, ctx)
             raise
         except Exception as err:
-            exc = err
+            value, exc = _failed(effect, err)
         except BaseException:
             _abandon(core)
             raise
 
 
-def stream(core: Steps[None], *, sleeper: Sleeper | None = None) -> Iterator[Any]:
-    """Drive a streaming ``core``: its :class:`Emit` events are this generator's
-    items. Closed early, the core gets :class:`ClientGone` and cleans up."""
-    ctx = Context(sleeper=sleeper)
+class _Closing:
+    """Shared by a :class:`SyncStream` and its driver generator (never a reference
+    from the generator to its owner, so dropping the owner frees both at once):
+    whether the close the generator sees came from ``close()``, and the context the
+    stream was made in (its finalizer's cleanup runs in it)."""
+
+    __slots__ = ("context", "explicit")
+
+    def __init__(self) -> None:
+        self.explicit = False
+        self.context = contextvars.copy_context()
+
+
+class SyncStream(Iterator[Any]):
+    """The sync stream driver's iterator. ``close()`` runs the core's cleanup here and
+    now (the decision is recorded before it returns). Dropped without ``close()``, the
+    driver generator is finalized by the garbage collector, at whatever code it
+    interrupted: the cleanup then runs with ``Context.finalizing`` set (no database
+    write from a finalizer: the record goes to the write-behind queue), in the context
+    the stream was made in (so the request's budget grant is found and settled)."""
+
+    __slots__ = ("_closing", "_gen")
+
+    def __init__(self, core: Steps[None], ctx: Context) -> None:
+        self._closing = _Closing()
+        self._gen = _drive_stream(core, ctx, self._closing)
+
+    def __iter__(self) -> SyncStream:
+        return self
+
+    def __next__(self) -> Any:
+        return next(self._gen)
+
+    def close(self) -> None:
+        self._closing.explicit = True
+        self._gen.close()
+
+
+def stream(core: Steps[None], *, sleeper: Sleeper | None = None) -> SyncStream:
+    """Drive a streaming ``core``: its :class:`Emit` events are this iterator's items.
+    Closed early, the core gets :class:`ClientGone` and cleans up (see
+    :class:`SyncStream` for one dropped without ``close()``)."""
+    return SyncStream(core, Context(sleeper=sleeper))
+
+
+def _drive_stream(core: Steps[None], ctx: Context, closing: _Closing) -> Generator[Any, None, None]:
     value: Any = None
     exc: BaseException | None = None
     while True:
@@ -256,13 +327,17 @@ def stream(core: Steps[None], *, sleeper: Sleeper | None = None) -> Iterator[Any
             try:
                 yield effect.event
             except GeneratorExit:
-                _unwind(core, ctx)
+                if closing.explicit:
+                    _unwind(core, ctx)
+                else:  # the garbage collector's finalizer (see SyncStream)
+                    fin = Context(sleeper=ctx.sleeper, finalizing=True)
+                    closing.context.run(_unwind, core, fin)  # a copy only entered here
                 raise
             continue
         try:
             value = effect.run(ctx)
         except Exception as err:
-            exc = err
+            value, exc = _failed(effect, err)
         except BaseException:
             _abandon(core)
             raise
@@ -294,7 +369,7 @@ async def astream(
             await _aunwind(core, ctx)
             raise
         except Exception as err:
-            exc = err
+            value, exc = _failed(effect, err)
         except BaseException:
             _abandon(core)
             raise
@@ -315,7 +390,7 @@ def _unwind(core: Steps[Any], ctx: Context) -> None:
         try:
             value = effect.run(ctx)
         except Exception as err:
-            exc = err
+            value, exc = _failed(effect, err)
         except BaseException:
             _abandon(core)
             raise
@@ -349,7 +424,7 @@ async def _aunwind(core: Steps[Any], ctx: Context) -> None:
         try:
             value = await effect.arun(ctx)
         except Exception as err:
-            exc = err
+            value, exc = _failed(effect, err)
         except BaseException:  # cancelled again while cleaning up: stop here
             _abandon(core)
             raise

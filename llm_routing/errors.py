@@ -16,11 +16,15 @@ The tree::
         ├── InvalidRequestError     invalid_request no         no  (the walk stops)
         ├── ContentPolicyError      content_policy  no         no  (the walk stops)
         └── ResponseError           response        no         no  (the walk stops)
+            └── ClientDisconnectedError client_disconnected      (never fed to a circuit)
 
 Each class carries ``category``, ``transient`` and ``http_status`` as its contract
-(like DRF's ``status_code`` / ``default_code``). ``advances`` says whether the router
-moves on to the next candidate; ``retryable`` whether the retry layer may try the
-same provider again.
+(like DRF's ``status_code`` / ``default_code``), and the failure policy: ``advances``
+says whether the router moves on to the next candidate; ``retryable`` whether the
+retry layer may try the same provider again; ``counts_toward_circuit`` whether it
+counts toward opening the circuit, ``observed`` whether the circuit sees it at all.
+:meth:`ProviderError.to_info` carries the policy on the ErrorInfo; the router and the
+breaker read it there (this table is the only place it is decided).
 
 Messages are built from vendor error bodies and may echo what was sent, so every
 message is scrubbed of known key values (:func:`scrub`) before it is stored.
@@ -37,6 +41,7 @@ from .types import ErrorInfo, Usage
 __all__ = [
     "AuthenticationError",
     "BudgetExhaustedError",
+    "ClientDisconnectedError",
     "ContentPolicyError",
     "ContextLengthError",
     "InvalidRequestError",
@@ -63,10 +68,17 @@ def scrub(text: str, secrets: Iterable[str | None]) -> str:
 
 
 class ProviderError(Exception):
+    """The failure policy is the class's (an instance may tighten ``retryable``):
+    ``advances`` (the walk moves on), ``retryable`` (the retry layer may try the same
+    provider again), ``counts_toward_circuit`` and ``observed`` (fed to the circuit at
+    all). :meth:`to_info` carries it to the router and the breaker, which read it."""
+
     category: str = "response"
     transient: bool = False
     retryable: bool = False
     advances: bool = False
+    counts_toward_circuit: bool = False
+    observed: bool = True
     default_message: str = "The provider failed."
 
     def __init__(
@@ -92,6 +104,9 @@ class ProviderError(Exception):
             http_status=self.http_status,
             transient=self.transient,
             retry_after_s=self.retry_after,
+            advances=self.advances,
+            counts=self.counts_toward_circuit,
+            observed=self.observed,
         )
 
 
@@ -99,6 +114,7 @@ class TransientError(ProviderError):
     transient = True
     retryable = True
     advances = True
+    counts_toward_circuit = True
 
 
 class RateLimitError(TransientError):
@@ -128,6 +144,8 @@ class BudgetExhaustedError(ProviderTimeoutError):
     slow by its own measure, so this never counts toward its circuit."""
 
     category = "budget_exhausted"
+    counts_toward_circuit = False
+    observed = False
     default_message = "The request-wide deadline ran out during this call."
 
 
@@ -161,3 +179,12 @@ class ContentPolicyError(PermanentError):
 class ResponseError(PermanentError):
     category = "response"
     default_message = "The provider's response could not be understood."
+
+
+class ClientDisconnectedError(ResponseError):
+    """The client went away before its answer was complete: says nothing of the
+    provider's health (never fed to its circuit)."""
+
+    category = "client_disconnected"
+    observed = False
+    default_message = "The client went away mid-stream."

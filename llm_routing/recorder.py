@@ -198,7 +198,16 @@ def record_or_spool(request: AuditRequest, routed: RoutingResult) -> None:
     if routing_settings.RECORD_MODE == "write_behind":
         submit(request, routed)
         return
-    rows = decision_rows(request, routed)
+    try:
+        rows = decision_rows(request, routed)
+    except Exception as exc:
+        # Nothing to write or spool; the router's exit still charges the request.
+        logger.error(
+            "Could not build the record of routing decision %s (%s); it is lost.",
+            routed.request_id,
+            type(exc).__name__,
+        )
+        return
     try:
         write_rows(rows)
         return

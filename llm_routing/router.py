@@ -31,8 +31,9 @@ from typing import Any, TypeVar
 from asgiref.sync import sync_to_async
 from django.db import close_old_connections
 
-from . import effects
+from . import effects, recorder
 from .access import denied_candidates
+from .availability import may_try, missing_capability
 from .conf import routing_settings
 from .dbconn import release_pooled_connections
 from .effects import (
@@ -46,21 +47,20 @@ from .effects import (
     OpenStream,
     Steps,
 )
-from .errors import NetworkError, ProviderError, ResponseError
+from .errors import ClientDisconnectedError, NetworkError, ProviderError, ResponseError
 from .explanation import CandidateExplanation, Explanation
-from .logging import known_key_values
 from .models import Provider
 from .providers.base import BaseProvider, validate_structured
 from .providers.mock import MockProvider
 from .providers.registry import get_adapter, is_known_kind
-from .recorder import record_or_spool, submit
 from .resilience import breaker
-from .resilience.breaker import Allow, Observe
+from .resilience.breaker import Observe
 from .resilience.budget import Budget
 from .resilience.retry import InvokeSteps, deadline_caused, error_result, retry_steps
-from .sanitize import KeyGuard, redacted, sanitized, scrub_error
+from .sanitize import StreamGuard, redacted, sanitized, scrub_error
 from .signals import (
     after_provider_result,
+    asend,
     before_provider_call,
     on_provider_fallback,
     request_routed,
@@ -68,7 +68,6 @@ from .signals import (
 )
 from .snapshot import ConfigSnapshot, RuleSpec, acurrent, current
 from .types import (
-    CAPABILITIES,
     MOCK_PROVIDER_NAME,
     AttemptRecord,
     AuditRequest,
@@ -221,16 +220,6 @@ def _mock_config(row: Provider | None) -> ProviderConfig:
     )
 
 
-def missing_capability(adapter: BaseProvider, request: AuditRequest) -> str | None:
-    """The first capability the request needs that the provider lacks (in
-    :data:`~llm_routing.types.CAPABILITIES` order), or None when it can serve it."""
-    needed = request.required_capabilities
-    for capability in CAPABILITIES:
-        if capability in needed and not adapter.supports(capability):
-            return capability
-    return None
-
-
 def _denied(plan: Plan, request: AuditRequest, config: ConfigSnapshot) -> frozenset[str]:
     """The plan's candidates this request's caller may not use (``not_allowed``)."""
     return denied_candidates(
@@ -241,38 +230,6 @@ def _denied(plan: Plan, request: AuditRequest, config: ConfigSnapshot) -> frozen
         forced=plan.router_mode == "forced",
         config=config,
     )
-
-
-def _skip_reason(
-    name: str,
-    row: Provider | None,
-    adapter: BaseProvider | None,
-    request: AuditRequest,
-    budget: Budget | None = None,
-    *,
-    denied: frozenset[str] = frozenset(),
-) -> str | None:
-    """Why a candidate cannot be tried, the circuit aside (the walk asks it last, through
-    the ``Allow`` effect of :meth:`_Session.skip`; explain peeks at it)."""
-    if name == MOCK_PROVIDER_NAME:
-        return None
-    if name in denied:  # the caller may not use it (access rules; never the mock)
-        return "not_allowed"
-    if row is None:
-        return "unknown_provider"
-    if not row.enabled:
-        return "disabled"
-    if adapter is None:
-        return "unknown_provider"
-    if adapter.requires_key and not row.key_present:
-        return "missing_key"
-    if missing_capability(adapter, request) is not None:
-        return "unsupported"
-    if budget is not None and not budget.can_start():
-        # No time or attempts left for a real call: skipped, not a phantom attempt.
-        # Checked before the breaker so a half-open probe slot is never taken in vain.
-        return "budget_exhausted"
-    return None
 
 
 def _adapter_for(name: str, model: str, row: Provider | None) -> BaseProvider | None:
@@ -351,14 +308,6 @@ def _skip_result(
         status=status,  # type: ignore[arg-type]
         error=ErrorInfo(category=reason, message=message),
     )
-
-
-def _advances(result: ProviderResult) -> bool:
-    if result.error is None:
-        return True
-    if result.error.transient:
-        return True
-    return result.error.category == "context_length"
 
 
 AttemptFn = Callable[[BaseProvider], Steps[ProviderResult]]
@@ -445,19 +394,39 @@ class Record(Effect):
     routed: RoutingResult
 
     def run(self, ctx: Context) -> None:
-        record_or_spool(self.request, self.routed)
+        if ctx.finalizing:  # a dropped stream's finalizer: never the database here
+            recorder.submit(self.request, self.routed)
+        else:
+            recorder.record_or_spool(self.request, self.routed)
 
     async def arun(self, ctx: Context) -> None:
-        if routing_settings.RECORD_MODE == "write_behind":
-            submit(self.request, self.routed)  # a bounded queue: never blocks the loop
+        if routing_settings.RECORD_MODE == "write_behind" or ctx.finalizing:
+            recorder.submit(self.request, self.routed)  # a bounded queue: never blocks
         else:
-            await _off_loop(record_or_spool)(self.request, self.routed)
+            await _off_loop(recorder.record_or_spool)(self.request, self.routed)
 
 
-def _gone_error() -> ResponseError:
-    error = ResponseError("The client went away mid-stream.")
-    error.category = "client_disconnected"
-    return error
+@dataclass(frozen=True, slots=True)
+class Announce(Effect):
+    """Send ``request_routed`` → None: the budgets' settlement with the usage the
+    upstream reported and the release of the place in flight, metrics, traces. On the
+    event loop it awaits what its receivers deferred (the settlement task), so a loop
+    that stops right after the request cannot lose the charge."""
+
+    request: AuditRequest
+    routed: RoutingResult
+
+    def run(self, ctx: Context) -> None:
+        send(request_routed, request_id=self.routed.request_id, request=self.request,
+             routed=self.routed)  # fmt: skip
+
+    async def arun(self, ctx: Context) -> None:
+        await asend(request_routed, request_id=self.routed.request_id, request=self.request,
+                    routed=self.routed)  # fmt: skip
+
+
+def _gone_error() -> ClientDisconnectedError:
+    return ClientDisconnectedError()
 
 
 class _Session:
@@ -483,6 +452,8 @@ class _Session:
         )
         # Candidates the caller may not use: skipped as not_allowed (docs/operations.md).
         self.denied = setup.denied
+        # Set by the one exit (:meth:`finish`), which runs once.
+        self.routed: RoutingResult | None = None
 
     @property
     def request_id(self) -> str:
@@ -494,13 +465,24 @@ class _Session:
         row: Provider | None,
         adapter: BaseProvider | None,
         budget: Budget | None,
+        *,
+        forced: bool = False,
+        needs: frozenset[str] = frozenset(),
     ) -> Steps[str | None]:
-        """:func:`_skip_reason`, then (last) the circuit, which may claim a probe slot."""
-        reason = _skip_reason(name, row, adapter, self.request, budget, denied=self.denied)
-        if reason is None and adapter is not None and name != MOCK_PROVIDER_NAME:
-            if not (yield Allow(adapter.config)):
-                return "circuit_open"
-        return reason
+        """:func:`~llm_routing.availability.may_try` for this request (its caller's
+        access rules), claiming the circuit (a half-open probe slot)."""
+        return (
+            yield from may_try(
+                name,
+                row,
+                adapter,
+                self.request,
+                denied=self.denied,
+                budget=budget,
+                forced=forced,
+                needs=needs,
+            )
+        )
 
     def call(
         self,
@@ -539,7 +521,11 @@ class _Session:
             raise
         result = sanitized(result, request)
         if not (defer_success and result.ok):
-            yield Observe(config, result)
+            try:
+                yield Observe(config, result)
+            except ClientGone:  # cancelled here: the answer (and its usage) still counts
+                self.walk.add(**_attempt_record(result, served=False))
+                raise
         send(after_provider_result, request_id=self.request_id, provider=config.name, result=result)
         return result
 
@@ -568,9 +554,7 @@ class _Session:
         # Forced mode never substitutes the mock, but it respects the access rules, the
         # attempt budget and the circuit: an open circuit answers circuit_open without
         # a call; a half-open one lets the forced call be its single probe.
-        reason = yield from self.skip(name, row, adapter, self.budget)
-        if adapter is None and reason != "not_allowed":
-            reason = "unknown_provider"
+        reason = yield from self.skip(name, row, adapter, self.budget, forced=True)
         if reason is not None or adapter is None:
             reason = reason or "unknown_provider"
             model = row.model if row else ""
@@ -609,7 +593,7 @@ class _Session:
             walk.add(**_attempt_record(result, served=False))
             category = result.error.category if result.error else "response"
             first_reason = first_reason or category
-            if not _advances(result):
+            if not (result.error is None or result.error.advances):
                 return result, first_reason if position > 0 else None
             send(on_provider_fallback, request_id=walk.request_id, provider=name, reason=category)
         # Every candidate was skipped or failed: reachable when the plan has no mock
@@ -635,11 +619,45 @@ class _Session:
             "chain_exhausted",
         )
 
+    def failed(self, exc: BaseException) -> ProviderResult:
+        """The final result of a walk that raised where nothing should (a bug, a hook):
+        an error result, so the request still ends through :meth:`finish`."""
+        logger.error(
+            "Routing request %s failed unexpectedly (%s); recorded as an error.",
+            self.request_id,
+            type(exc).__name__,
+            exc_info=(type(exc), exc, exc.__traceback__),
+        )
+        last = self.walk.attempts[-1] if self.walk.attempts else None
+        return ProviderResult(
+            provider=last.provider if last else "",
+            model=last.model if last else "",
+            mode="error",
+            status="error",
+            error=ResponseError(
+                f"The router failed unexpectedly ({type(exc).__name__})."
+            ).to_info(),
+        )
+
     def finish(
         self, final: ProviderResult, fallback_reason: str | None, *, persist: bool
     ) -> Steps[RoutingResult]:
+        """The one exit of every request that reached the walk (both drivers, stream or
+        not): record the decision (``Record``: inline, spooled, or queued for the
+        write-behind writer), then announce it (``request_routed``: the budget's
+        settlement with the usage the upstream reported and the release of the place in
+        flight, metrics, traces). Exactly once: a second call returns the first's
+        result. Nothing raised before or inside it stops it: a recording failure (the
+        recorder, an encoding error) is logged and the request is still announced (so
+        still charged); a receiver that raises is logged (:func:`signals.send`); a
+        client gone or a cancellation during the record still announces it."""
+        if self.routed is not None:
+            return self.routed
         plan = self.plan
-        final = sanitized(final, self.request)
+        try:
+            final = sanitized(final, self.request)
+        except Exception as exc:  # never lose the exit to the filter: a bare error then
+            final = self.failed(exc)
         metadata = RoutingMetadata(
             request_id=self.request_id,
             router_mode=plan.router_mode,
@@ -653,14 +671,29 @@ class _Session:
             fallback_used=fallback_reason is not None,
             fallback_reason=fallback_reason,
         )
-        routed = RoutingResult(
+        routed = self.routed = RoutingResult(
             request_id=self.request_id,
             result=final,
             metadata=metadata,
             total_latency_ms=(time.perf_counter() - self.started) * 1000,
         )
-        if persist:
-            yield Record(self.request, routed)  # never raises; spools on a DB error
+        announce = Announce(self.request, routed)
+        try:
+            if persist:
+                try:
+                    yield Record(self.request, routed)
+                except Exception as exc:  # then the write-behind queue (or its spool)
+                    logger.error(
+                        "Could not record routing decision %s inline (%s); queued.",
+                        self.request_id,
+                        type(exc).__name__,
+                    )
+                    recorder.submit(self.request, routed)  # never raises
+        except BaseException:  # torn down at the record (ClientGone): queue, announce
+            if persist:
+                recorder.submit(self.request, routed)  # idempotent: request_id is unique
+            announce.run(Context())
+            raise
         logger.info(
             "routed request_id=%s task=%s mode=%s selected=%s status=%s fallback=%s",
             self.request_id,
@@ -670,7 +703,13 @@ class _Session:
             final.status,
             fallback_reason,
         )
-        send(request_routed, request_id=self.request_id, request=self.request, routed=routed)
+        try:
+            yield announce
+        except Exception:  # the effect failed: send it here, synchronously
+            announce.run(Context())
+        except BaseException:  # torn down at the announcement: send it here
+            announce.run(Context())
+            raise
         return routed
 
 
@@ -683,6 +722,8 @@ def _route(request: AuditRequest, request_id: str | None, persist: bool) -> Step
     except ClientGone:  # cancelled (async driver): the decision is still recorded
         yield from session.finish(session.gone(), None, persist=persist)
         raise
+    except Exception as exc:  # a bug or a hook: still one exit, and no 500
+        final, fallback_reason = session.failed(exc), None
     return (yield from session.finish(final, fallback_reason, persist=persist))
 
 
@@ -716,8 +757,8 @@ def explain(request: AuditRequest) -> Explanation:
     """What :func:`route` would do with ``request`` now, without calling any provider,
     recording anything or touching circuit state (no half-open probe slot is claimed).
 
-    The same :func:`resolve` and :func:`_skip_reason` as the walk; the circuit is read
-    with :func:`breaker.peek` instead of claimed with :func:`breaker.allow`. What it
+    The same :func:`resolve` and :func:`~llm_routing.availability.may_try` as the walk;
+    the circuit is read (``PeekCircuit``) instead of claimed (``Allow``). What it
     cannot foresee: a provider failing, and the budget running out after earlier
     attempts (every verdict assumes a fresh budget).
     """
@@ -730,9 +771,10 @@ def explain(request: AuditRequest) -> Explanation:
     for position, (name, model) in enumerate(plan.candidates):
         row = rows.get(name)
         adapter = _adapter_for(name, model, row)
-        reason = _skip_reason(name, row, adapter, request, denied=denied)
-        if forced and adapter is None and reason != "not_allowed":
-            reason = "unknown_provider"
+        # The walk's own decision, the circuit read without claiming a probe slot.
+        reason = effects.run(
+            may_try(name, row, adapter, request, denied=denied, forced=forced, claim=False)
+        )
         shown_model = model or (adapter.config.model if adapter else (row.model if row else ""))
         if adapter is None:
             out.append(
@@ -743,8 +785,6 @@ def explain(request: AuditRequest) -> Explanation:
             continue
         config = adapter.config
         look = breaker.peek(config)
-        if reason is None and not forced and not look.allowed:
-            reason = "circuit_open"  # the walk's last check, read without claiming
         circuit = look.circuit
         out.append(
             CandidateExplanation(
@@ -826,10 +866,40 @@ def _route_stream(
     request: AuditRequest, request_id: str | None, stream_mode: str | None, persist: bool
 ) -> Steps[None]:
     """The whole of :func:`route_stream` / :func:`aroute_stream`: its events to the
-    caller are ``Emit`` effects."""
+    caller are ``Emit`` effects. Whatever raises in the walk, the request ends through
+    the session's one exit and the stream with its one final event."""
     started = time.perf_counter()
     session = _Session(request, (yield Setup(request)), request_id=request_id, started=started)
     mode = stream_mode or session.plan.stream_mode
+    outcome = _StreamOutcome()
+    delivered: list[str] = []
+    guard = StreamGuard(request)  # the one key filter of everything this stream emits
+    try:
+        last = yield from _stream_walk(session, mode, persist, outcome, delivered, guard)
+    except ClientGone:
+        if session.routed is None:
+            yield from session.finish(session.gone(), None, persist=persist)
+        raise
+    except Exception as exc:  # a bug or a hook: still one exit and one final event
+        routed = yield from session.finish(session.failed(exc), None, persist=persist)
+        error = routed.result.error
+        if error is None:
+            last = StreamResult(routed)
+        else:
+            last = StreamFailure(error=error, partial=outcome.committed(delivered), routed=routed)
+    yield Emit(guard.final(last))
+
+
+def _stream_walk(
+    session: _Session,
+    mode: str,
+    persist: bool,
+    outcome: _StreamOutcome,
+    delivered: list[str],
+    guard: StreamGuard,
+) -> Steps[StreamResult | StreamFailure]:
+    """The stream's walk, pump and exit; returns its final event (the caller emits it)."""
+    request = session.request
     live: dict[str, _Live] = {}
     # Opened streams whose outcome the breaker has not seen yet (settled when they end).
     opened: dict[str, _Opened] = {}
@@ -871,9 +941,8 @@ def _route_stream(
 
         return attempt
 
-    outcome = _StreamOutcome()
     try:
-        final, fallback_reason = yield from session.run(opener(session.request, mode == "atomic"))
+        final, fallback_reason = yield from session.run(opener(request, mode == "atomic"))
     except ClientGone:  # cancelled before the commit point (async drivers)
         outcome.failure = _gone_error()
         final = session.gone()
@@ -885,12 +954,11 @@ def _route_stream(
         raise
     if not final.ok or final.provider not in live:
         routed = yield from session.finish(final, fallback_reason, persist=persist)
-        yield Emit(StreamResult(routed))
-        return
+        return StreamResult(routed)
 
-    delivered: list[str] = []
     try:
-        yield from _pump(live.pop(final.provider), delivered, outcome, session.walk.attempts[-1])
+        served = session.walk.attempts[-1]
+        yield from _pump(live.pop(final.provider), delivered, outcome, served, guard)
         yield from _settle(session, opened.pop(final.provider, None), final, outcome)
         if (
             outcome.failure is not None
@@ -898,7 +966,7 @@ def _route_stream(
             and delivered
             and not outcome.tool_deltas  # a prefill cannot continue a half tool call
         ):
-            yield from _continue(session, opener, live, opened, delivered, outcome)
+            yield from _continue(session, opener, live, opened, delivered, outcome, guard)
     except ClientGone:
         outcome.failure = _gone_error()
         raise
@@ -911,10 +979,9 @@ def _route_stream(
             session, final, fallback_reason, delivered, outcome, persist
         )
     if outcome.failure is None:
-        yield Emit(StreamResult(routed))
-    else:
-        info = scrub_error((outcome.original or outcome.failure).to_info(), session.request)
-        yield Emit(StreamFailure(error=info, partial=outcome.committed(delivered), routed=routed))
+        return StreamResult(routed)
+    info = scrub_error((outcome.original or outcome.failure).to_info(), request)
+    return StreamFailure(error=info, partial=outcome.committed(delivered), routed=routed)
 
 
 @dataclass
@@ -938,16 +1005,27 @@ class _StreamOutcome:
         return assemble_tool_calls(self.tool_deltas)
 
 
+def _deliver(chunk: StreamChunk, delivered: list[str], outcome: _StreamOutcome) -> Emit:
+    """A chunk that has passed the stream's key filter, as it leaves (and as it counts
+    toward the answer: the text delivered, the tool-call fragments delivered)."""
+    if chunk.tool_call is not None:
+        outcome.tool_deltas.append(chunk.tool_call)
+    if chunk.text:
+        delivered.append(chunk.text)
+    return Emit(chunk)
+
+
 def _pump(
     source: _Live,
     delivered: list[str],
     outcome: _StreamOutcome,
     served: AttemptRecord,
+    guard: StreamGuard,
 ) -> Steps[None]:
-    """Hand a live stream's events to the caller (``Emit``) until its end, then close it."""
+    """Hand a live stream's events to the caller (``Emit``, each through the stream's
+    one key filter ``guard``) until its end, then close it."""
     events, head = source
     outcome.end, outcome.failure = None, None
-    guard = KeyGuard(known_key_values())
     queued = iter(head)
     try:
         while True:
@@ -958,15 +1036,15 @@ def _pump(
                 outcome.end = event
                 break
             if isinstance(event, StreamToolCallDelta):
-                outcome.tool_deltas.append(event.delta)
-                yield Emit(
-                    StreamChunk(
-                        "", provider=served.provider, model=served.model, tool_call=event.delta
-                    )
+                chunk = StreamChunk(
+                    "", provider=served.provider, model=served.model, tool_call=event.delta
                 )
-            elif isinstance(event, StreamDelta) and (text := guard.feed(event.text)):
-                delivered.append(text)
-                yield Emit(StreamChunk(text, provider=served.provider, model=served.model))
+            elif isinstance(event, StreamDelta):
+                chunk = StreamChunk(event.text, provider=served.provider, model=served.model)
+            else:
+                continue
+            if (clean := guard.chunk(chunk)) is not None:
+                yield _deliver(clean, delivered, outcome)
         if outcome.end is None:
             outcome.failure = ResponseError("The stream was cut before it finished.")
     except ProviderError as exc:
@@ -978,9 +1056,8 @@ def _pump(
         yield CloseStream(events)
         raise
     yield CloseStream(events)
-    if rest := guard.flush():
-        delivered.append(rest)
-        yield Emit(StreamChunk(rest, provider=served.provider, model=served.model))
+    for rest in guard.flush(served.provider, served.model):
+        yield _deliver(rest, delivered, outcome)
 
 
 #: An opened stream: the config it was called with and the timeout it was given.
@@ -1016,6 +1093,7 @@ def _continue(
     opened: dict[str, _Opened],
     delivered: list[str],
     outcome: _StreamOutcome,
+    guard: StreamGuard,
 ) -> Steps[None]:
     """Mid-stream failure in continuation mode: one later candidate with prefill
     support continues the delivered text. A fallback that fails (or rejects the
@@ -1039,15 +1117,15 @@ def _continue(
     for name in after:
         row = session.rows.get(name)
         adapter = _adapter_for(name, "", row)
-        if row is None or adapter is None or not adapter.supports("prefill"):
+        prefill = frozenset({"prefill"})
+        if (yield from session.skip(name, row, adapter, None, needs=prefill)) is not None:
             continue
-        if (yield from session.skip(name, row, adapter, None)) is not None:
-            continue
+        assert adapter is not None  # may_try says unknown_provider without one
         result = yield from opener(request, False)(adapter)
         session.walk.add(**_attempt_record(result, served=result.ok))
         if not result.ok or name not in live:
             break
-        yield from _pump(live.pop(name), delivered, outcome, session.walk.attempts[-1])
+        yield from _pump(live.pop(name), delivered, outcome, session.walk.attempts[-1], guard)
         yield from _settle(session, opened.pop(name, None), result, outcome)
         if outcome.failure is None:
             outcome.served_by = name
@@ -1078,6 +1156,11 @@ def _finish_stream(
     attempts = session.walk.attempts
     last = attempts[-1]
     failure = outcome.failure
+    end = outcome.end
+    if failure is not None and end is not None and end.usage is not None:
+        # The upstream finished and reported its usage, then the request was cut (the
+        # client, a cancellation): that usage is charged all the same.
+        last = attempts[-1] = replace(last, usage=end.usage)
     if failure is not None and not last.partial:
         attempts[-1] = replace(
             last,
@@ -1089,7 +1172,6 @@ def _finish_stream(
             http_status=failure.http_status,
             transient=failure.transient,
         )
-    end = outcome.end
     provider = outcome.served_by or final.provider
     if failure is None:
         result = replace(

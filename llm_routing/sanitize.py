@@ -4,8 +4,11 @@ Errors were always scrubbed by value; an upstream can also echo the key inside a
 *successful* answer (content, structured data, the model name it reports) or echo the
 caller's input inside an error message. :func:`sanitized` cleans a
 :class:`~llm_routing.types.ProviderResult` before the router records it, returns it or
-hands it to a job row or a command; :class:`KeyGuard` does the same for streamed text,
-chunk by chunk; :func:`redacted` for a failure after a stream's commit point.
+hands it to a job row or a command; :class:`StreamGuard` is the one filter every
+streamed event passes before it leaves the router (text and tool-call fragments — id,
+name, arguments — with a key split across chunks held back until it can be told, model
+names, and the final event's error); :class:`KeyGuard` is its per-string part; :func:`redacted`
+cleans a failure after a stream's commit point.
 
 Key values are those of :func:`llm_routing.logging.known_key_values` (every key
 variable read in this process), read when cleaning.
@@ -19,9 +22,18 @@ from typing import Any
 
 from .errors import ProviderError, scrub
 from .logging import known_key_values
-from .types import AuditRequest, ErrorInfo, ProviderResult
+from .types import (
+    AuditRequest,
+    ErrorInfo,
+    ProviderResult,
+    RouterStreamEvent,
+    StreamChunk,
+    StreamFailure,
+    StreamResult,
+    ToolCallDelta,
+)
 
-__all__ = ["KeyGuard", "redacted", "sanitized", "scrub_error"]
+__all__ = ["KeyGuard", "StreamGuard", "redacted", "sanitized", "scrub_error"]
 
 
 def _clean(value: Any, secrets: list[str]) -> Any:
@@ -103,6 +115,75 @@ class KeyGuard:
                     best = size
                     break
         return best
+
+
+class StreamGuard:
+    """The one key filter for everything a stream hands its caller (every face, both
+    drivers: the router's stream core emits nothing that has not passed it).
+
+    Text and each tool call's ``arguments`` (per call ``index``) go through a
+    :class:`KeyGuard` each, so a key split across fragments is caught; a fragment whose
+    arguments are all held back is still sent when it carries the call's ``id`` or
+    ``name`` (scrubbed whole: they come in one piece). :meth:`flush` hands over what is
+    held back at the end; :meth:`final` scrubs the final event (the routed result again
+    — idempotent — and a failure's message)."""
+
+    def __init__(self, request: AuditRequest) -> None:
+        self.request = request
+        # One list shared by every KeyGuard here, brought up to date at each event: a
+        # key variable is first read when its provider is called, after this was made.
+        self.secrets: list[str] = known_key_values()
+        self.text = KeyGuard(self.secrets)
+        self.arguments: dict[int, KeyGuard] = {}
+
+    def _current(self) -> list[str]:
+        values = known_key_values()
+        if values != self.secrets:
+            self.secrets[:] = values
+        return self.secrets
+
+    def chunk(self, chunk: StreamChunk) -> StreamChunk | None:
+        """``chunk`` as it may leave, or None when all of it is held back for now."""
+        secrets = self._current()
+        model = scrub(chunk.model, secrets)
+        delta = chunk.tool_call
+        if delta is not None:
+            guard = self.arguments.setdefault(delta.index, KeyGuard(secrets))
+            arguments = guard.feed(delta.arguments)
+            if not arguments and delta.id is None and delta.name is None:
+                return None
+            clean = ToolCallDelta(
+                index=delta.index,
+                id=None if delta.id is None else scrub(delta.id, secrets),
+                name=None if delta.name is None else scrub(delta.name, secrets),
+                arguments=arguments,
+            )
+            return replace(chunk, text=scrub(chunk.text, secrets), model=model, tool_call=clean)
+        text = self.text.feed(chunk.text)
+        if not text:
+            return None
+        return replace(chunk, text=text, model=model)
+
+    def flush(self, provider: str, model: str) -> list[StreamChunk]:
+        """What is still held back (text first, then each call's arguments in order)."""
+        model = scrub(model, self._current())
+        out: list[StreamChunk] = []
+        if rest := self.text.flush():
+            out.append(StreamChunk(rest, provider=provider, model=model))
+        for index in sorted(self.arguments):
+            if rest := self.arguments[index].flush():
+                delta = ToolCallDelta(index=index, arguments=rest)
+                out.append(StreamChunk("", provider=provider, model=model, tool_call=delta))
+        return out
+
+    def final(self, event: StreamResult | StreamFailure) -> RouterStreamEvent:
+        """The final event as it may leave: its routed result has passed
+        :func:`sanitized` in the router's exit (the same object ``request_routed``
+        carried, kept as is); a failure's error message is scrubbed."""
+        if isinstance(event, StreamResult):
+            return event
+        error = scrub_error(event.error, self.request)
+        return event if error is event.error else replace(event, error=error)
 
 
 def redacted(exc: ProviderError) -> ProviderError:

@@ -18,6 +18,8 @@ Receivers never get a key; only ``request_routed`` carries the request itself.
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
 import logging
 from typing import Any
 
@@ -25,8 +27,10 @@ from django.dispatch import Signal
 
 __all__ = [
     "after_provider_result",
+    "asend",
     "before_provider_call",
     "config_changed",
+    "defer",
     "on_provider_fallback",
     "request_routed",
     "send",
@@ -50,3 +54,33 @@ def send(signal: Signal, **kwargs: Any) -> None:
                 getattr(receiver, "__qualname__", receiver),
                 type(response).__name__,
             )
+
+
+#: The tasks receivers started during the current :func:`asend` (None outside one).
+_deferred: contextvars.ContextVar[list[asyncio.Task[Any]] | None] = contextvars.ContextVar(
+    "llm_routing_signal_deferred", default=None
+)
+
+
+def defer(task: asyncio.Task[Any]) -> None:
+    """Called by a receiver that started ``task`` on the event loop instead of doing its
+    work inline (the budgets' settlement): the :func:`asend` that called it awaits the
+    task before it returns, so the work is never lost to a loop that stops right after
+    (``asyncio.run(aaudit(...))``). Outside an ``asend`` the task just runs on."""
+    tasks = _deferred.get()
+    if tasks is not None:
+        tasks.append(task)
+
+
+async def asend(signal: Signal, **kwargs: Any) -> None:
+    """:func:`send` on the event loop, then await what its receivers :func:`defer`-ed
+    (their exceptions are logged, never raised)."""
+    token = _deferred.set([])
+    try:
+        send(signal, **kwargs)
+        tasks = _deferred.get() or []
+    finally:
+        _deferred.reset(token)
+    for outcome in await asyncio.gather(*tasks, return_exceptions=True):
+        if isinstance(outcome, Exception):
+            logger.error("A deferred signal task raised %s.", type(outcome).__name__)

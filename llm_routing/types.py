@@ -264,7 +264,12 @@ class AuditRequest:
 
     @property
     def input_sha256(self) -> str:
-        return hashlib.sha256(self._canonical_input().encode("utf-8")).hexdigest()
+        """SHA-256 of the canonical input's UTF-8 bytes. Defined for every ``str``: a
+        lone surrogate (which no valid UTF-8 holds, and which the input boundary may
+        refuse) is hashed as its three-byte form (``surrogatepass``), so the hash never
+        raises after an upstream was called and the record is never lost to it. For
+        valid text the bytes, and so the hash, are plain UTF-8's."""
+        return hashlib.sha256(self._canonical_input().encode("utf-8", "surrogatepass")).hexdigest()
 
 
 @dataclass(frozen=True, slots=True)
@@ -374,15 +379,46 @@ class StreamEnd:
 StreamEvent = StreamDelta | StreamToolCallDelta | StreamEnd
 
 
+#: Categories that never count toward a circuit / are never fed to one at all.
+_NOT_COUNTED = frozenset({"context_length", "budget_exhausted", "client_disconnected"})
+_NOT_OBSERVED = frozenset({"budget_exhausted", "client_disconnected"})
+
+
+def default_failure_policy(category: str, transient: bool) -> tuple[bool, bool, bool]:
+    """(advances, counts, observed) of an error built without its ProviderError class —
+    the same table as :mod:`llm_routing.errors`' classes (docs/architecture.md)."""
+    advances = transient or category == "context_length"
+    counts = transient and category not in _NOT_COUNTED
+    return advances, counts, category not in _NOT_OBSERVED
+
+
 @dataclass(frozen=True, slots=True)
 class ErrorInfo:
-    """A safe, key-free description of why a provider did not answer."""
+    """A safe, key-free description of why a provider did not answer.
+
+    It carries the failure policy, read by the walk (``advances``) and the breaker
+    (``counts``, ``observed``), never re-derived there: an error made by
+    :meth:`llm_routing.errors.ProviderError.to_info` takes its class's policy; one
+    built directly (a skip, a test) gets :func:`default_failure_policy`'s."""
 
     category: str
     message: str
     http_status: int | None = None
     transient: bool = False
     retry_after_s: float | None = None  # the provider's Retry-After; not in to_dict()
+    #: The walk moves on to the next candidate (else it stops with this error).
+    advances: bool | None = None
+    #: The failure counts toward opening the provider's circuit.
+    counts: bool | None = None
+    #: The failure is fed to the circuit at all (False: it says nothing of the
+    #: provider's health: the request deadline ran out, the client went away).
+    observed: bool | None = None
+
+    def __post_init__(self) -> None:
+        policy = default_failure_policy(self.category, self.transient)
+        for name, value in zip(("advances", "counts", "observed"), policy, strict=True):
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, value)
 
     def to_dict(self) -> dict[str, Any]:
         return {

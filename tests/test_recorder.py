@@ -78,7 +78,7 @@ def test_a_failed_write_leaves_nothing_half_written(scripted, key_env, caplog):
 
 def test_record_is_the_only_writer_used_by_route(scripted, key_env):
     make_chain("main", [make_provider("a")], is_default=True)
-    with mock.patch("llm_routing.router.record_or_spool", wraps=recorder.record_or_spool) as spy:
+    with mock.patch("llm_routing.recorder.record_or_spool", wraps=recorder.record_or_spool) as spy:
         route(AuditRequest(task="t", input_text="x"))
         route(AuditRequest(task="t", input_text="x"), persist=False)
     assert spy.call_count == 1

@@ -15,7 +15,6 @@ one) unless the chain sets ``mock_backstop``.
 
 from __future__ import annotations
 
-import itertools
 import json
 import time
 import uuid
@@ -62,7 +61,14 @@ from .chat_serializers import (
 from .reuse import reused
 from .schema_docs import CHAT_COMPLETIONS, MODELS
 from .serializers import StrictRegexField, ToolCallSerializer, output_tokens_within_limit
-from .sse import SSENegotiationMixin, aclose_events, closing_events, sse, sse_response
+from .sse import (
+    EventFrames,
+    SSENegotiationMixin,
+    aclose_events,
+    closing_events,
+    sse,
+    sse_response,
+)
 
 __all__ = [
     "ChatCompletionRequestSerializer",
@@ -533,7 +539,7 @@ class ChatCompletionsView(SSENegotiationMixin, OpenAIErrorsMixin, RoutingAPIView
             # nothing was sent yet: a real HTTP error
             return _error_response(first.routed, self.viewer)
         frames = _Frames(request_id, include_usage=include_usage)
-        body = (f for event in itertools.chain([first], events) for f in frames(event))
+        body = EventFrames(events, frames, head=(first,))
         return _stream_response(body, request_id, first)
 
     async def aanswer(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterable, AsyncIterator, Iterable
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Iterator
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -11,6 +11,7 @@ from django.http import StreamingHttpResponse
 
 __all__ = [
     "SSE_HEADERS",
+    "EventFrames",
     "SSENegotiationMixin",
     "aclose_events",
     "closing_events",
@@ -46,6 +47,43 @@ def sse_response(frames: Iterable[bytes] | AsyncIterable[bytes]) -> StreamingHtt
     for name, value in SSE_HEADERS.items():
         response[name] = value
     return response
+
+
+class EventFrames(Iterator[bytes]):
+    """The frames of the router's sync stream, for ``StreamingHttpResponse`` (which
+    calls ``close()`` when the response ends or the client goes away): ``close()``
+    closes the router's stream explicitly, so its decision is recorded then. A class,
+    not a generator: dropped unclosed, it leaves the router's stream to its own
+    finalizer (llm_routing.effects.SyncStream), which never writes from there."""
+
+    def __init__(
+        self,
+        events: Iterator[Any],
+        to_frames: Callable[[Any], Iterable[bytes]],
+        head: Iterable[Any] = (),
+    ) -> None:
+        self._events = events
+        self._to_frames = to_frames
+        self._head = iter(head)
+        self._pending: Iterator[bytes] = iter(())
+
+    def __iter__(self) -> EventFrames:
+        return self
+
+    def __next__(self) -> bytes:
+        while True:
+            frame = next(self._pending, None)
+            if frame is not None:
+                return frame
+            event = next(self._head, None)
+            if event is None:
+                event = next(self._events)  # StopIteration ends the frames
+            self._pending = iter(self._to_frames(event))
+
+    def close(self) -> None:
+        close = getattr(self._events, "close", None)
+        if close is not None:
+            close()
 
 
 @asynccontextmanager

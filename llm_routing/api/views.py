@@ -29,7 +29,7 @@ from .job_views import submit_job
 from .reuse import reused
 from .schema_docs import AUDIT, HEALTH, documented
 from .serializers import AuditRequestSerializer, AuditResponseSerializer
-from .sse import SSENegotiationMixin, closing_events, sse, sse_response
+from .sse import EventFrames, SSENegotiationMixin, closing_events, sse, sse_response
 
 __all__ = ["AuditView", "HealthView"]
 
@@ -64,7 +64,7 @@ class AuditView(SSENegotiationMixin, RoutingAPIView):
             return submit_job(request, admitted.data)  # 202
         if admitted.stream:
             events = route_stream(admitted, request_id=current_request_id())
-            return sse_response(_audit_frame(e) for e in events)
+            return sse_response(EventFrames(events, lambda e: (_audit_frame(e),)))
         return _audit_response(execute(admitted, request_id=current_request_id()))
 
     async def aanswer(self, request: Request, admitted: AuditRequest | _Job) -> HttpResponseBase:

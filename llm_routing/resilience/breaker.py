@@ -47,7 +47,7 @@ from collections.abc import Callable, Generator, Iterable, Mapping
 from dataclasses import asdict, dataclass, fields, replace
 from datetime import UTC, datetime
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from django.core.cache.backends.locmem import LocMemCache
 from django.core.exceptions import ImproperlyConfigured
@@ -65,7 +65,6 @@ __all__ = [
     "CACHE_RETRY_S",
     "CLOSED",
     "HALF_OPEN",
-    "NOT_OBSERVED",
     "OPEN",
     "RECORD_TTL_S",
     "SUCCESS_WRITE_INTERVAL_S",
@@ -74,6 +73,7 @@ __all__ = [
     "CircuitStore",
     "Observe",
     "Peek",
+    "PeekCircuit",
     "Policy",
     "aallow",
     "allow",
@@ -253,18 +253,10 @@ def _iso(ts: float | None) -> str | None:
     return datetime.fromtimestamp(ts, tz=UTC).isoformat(timespec="milliseconds")
 
 
-#: Failure categories that say nothing about the provider's health: never fed to a
-#: circuit (the deadline ran out during the call; the client went away mid-stream).
-NOT_OBSERVED = frozenset({"budget_exhausted", "client_disconnected"})
-
-
 def counts(error: ErrorInfo) -> bool:
-    """Whether a failure counts toward opening the circuit (the failure policy)."""
-    return (
-        error.transient
-        and error.category != "context_length"
-        and error.category not in NOT_OBSERVED
-    )
+    """Whether a failure counts toward opening the circuit: the policy the error
+    carries (:class:`~llm_routing.types.ErrorInfo`), read, never re-derived here."""
+    return bool(error.counts)
 
 
 def _quiet(circuit: Circuit, now: float, policy: Policy) -> bool:
@@ -632,7 +624,7 @@ class CircuitStore:
         try:
             if result.upstream_requests == 0 and not result.ok:
                 return  # the budget ran out before any request: nothing was observed
-            if result.error is not None and result.error.category in NOT_OBSERVED:
+            if result.error is not None and not result.error.observed:
                 return  # the deadline or the client ended the call, not the provider
             yield from self._observe(config, result, probe=probe)
         finally:
@@ -767,9 +759,14 @@ async def aobserve(config: ProviderConfig, result: ProviderResult) -> None:
 
 @dataclass(frozen=True, slots=True)
 class Allow(Effect):
-    """:func:`allow` for this config → bool (may claim the half-open probe slot)."""
+    """:func:`allow` for this config → bool (may claim the half-open probe slot).
+    Quiet: should it fail, the call is let through (as on a cache outage)."""
 
     config: ProviderConfig
+    quiet: ClassVar[bool] = True
+
+    def fallback(self) -> bool:
+        return True
 
     def run(self, ctx: Context) -> bool:
         return allow(self.config)
@@ -779,11 +776,31 @@ class Allow(Effect):
 
 
 @dataclass(frozen=True, slots=True)
+class PeekCircuit(Effect):
+    """:func:`peek` for this config → whether a call would be let through now (reads
+    only: no probe slot claimed; explain). Quiet, like :class:`Allow`."""
+
+    config: ProviderConfig
+    quiet: ClassVar[bool] = True
+
+    def fallback(self) -> bool:
+        return True
+
+    def run(self, ctx: Context) -> bool:
+        return peek(self.config).allowed
+
+    async def arun(self, ctx: Context) -> bool:
+        return (await apeek(self.config)).allowed
+
+
+@dataclass(frozen=True, slots=True)
 class Observe(Effect):
-    """:func:`observe` this finished call → None (frees a probe slot it held)."""
+    """:func:`observe` this finished call → None (frees a probe slot it held). Quiet:
+    the breaker's bookkeeping never changes the request's outcome."""
 
     config: ProviderConfig
     result: ProviderResult
+    quiet: ClassVar[bool] = True
 
     def run(self, ctx: Context) -> None:
         observe(self.config, self.result)
