@@ -42,7 +42,8 @@ from .chat_serializers import (
     ToolsField,
     check_conversation,
 )
-from .faces import UNKNOWN_PARAMETER, select_model
+from .faces import select_model
+from .problems import UNKNOWN_PARAMETER
 from .serializers import output_tokens_within_limit
 
 __all__ = [

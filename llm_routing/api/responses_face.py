@@ -33,8 +33,9 @@ from ..types import (
     ToolCall,
     Usage,
 )
-from .faces import UNKNOWN_PARAMETER, Face, FaceView, Frames, Parsed, Problem, schema_entry
+from .faces import Face, FaceView, Frames, Parsed, Problem, schema_entry
 from .openai_compat import finish_reason
+from .problems import UNKNOWN_PARAMETER
 from .responses_serializers import ResponsesRequestSerializer
 from .sse import sse
 

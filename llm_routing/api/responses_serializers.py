@@ -44,7 +44,8 @@ from .chat_serializers import (
     check_conversation,
     check_json_schema,
 )
-from .faces import UNKNOWN_PARAMETER, select_model
+from .faces import select_model
+from .problems import UNKNOWN_PARAMETER
 from .serializers import StrictStringMapField, output_tokens_within_limit
 
 __all__ = ["BUILTIN_TOOLS", "NEUTRAL_VALUES", "STATELESS", "ResponsesRequestSerializer"]
