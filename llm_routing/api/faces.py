@@ -40,13 +40,26 @@ from ..access import NOBODY, Viewer, viewer_for
 from ..logging import current_request_id
 from ..router import aroute_stream, route_stream
 from ..service import aexecute, execute
-from ..types import AuditRequest, RouterStreamEvent, RoutingResult, StreamResult
+from ..types import (
+    AuditRequest,
+    RouterStreamEvent,
+    RoutingResult,
+    StreamChunk,
+    StreamFailure,
+    StreamResult,
+)
 from .authentication import TokenAuthentication
 from .base import RoutingAPIView
 from .openai_compat import model_not_found, select_model, visible_model
 from .problems import Problem, exception_problem, flatten, routed_problem, routing_headers
 from .reuse import reused
-from .sse import SSENegotiationMixin, aclose_events, aevent_frames, routed_stream_response
+from .sse import (
+    SSENegotiationMixin,
+    aclose_events,
+    aevent_frames,
+    afirst_event,
+    routed_stream_response,
+)
 
 __all__ = [
     "Face",
@@ -54,6 +67,7 @@ __all__ = [
     "Frames",
     "Parsed",
     "Problem",
+    "StreamEvents",
     "exception_problem",
     "flatten",
     "routed_problem",
@@ -73,6 +87,64 @@ class Parsed:
 
 #: Turns one router event into this face's SSE frames (one instance per stream).
 Frames = Callable[[RouterStreamEvent], list[bytes]]
+
+
+class StreamEvents:
+    """A face's SSE events of one streamed answer, router event by router event: the
+    walk every face shares (started once, text and tool-call deltas, the answer whole
+    when nothing of it was streamed, the open block closed, then the end), each step's
+    frames said by the face. One instance per stream (a :data:`Frames`)."""
+
+    #: Whether an answer with no text and no tool call is sent as an (empty) text.
+    empty_text: ClassVar[bool] = False
+
+    text_sent = False
+    calls_sent = False
+
+    def _start(self, model: str) -> list[bytes]:
+        """The opening frames (once: ``[]`` after the first call)."""
+        raise NotImplementedError
+
+    def _text(self, text: str) -> list[bytes]:
+        raise NotImplementedError
+
+    def _call(self, index: int, call_id: str, name: str, arguments: str) -> list[bytes]:
+        raise NotImplementedError
+
+    def _close(self) -> list[bytes]:
+        """The frames that close the open block, if any."""
+        raise NotImplementedError
+
+    def _finish(self, routed: RoutingResult) -> list[bytes]:
+        """The frames after the last block of a served answer."""
+        raise NotImplementedError
+
+    def _failure(self, event: StreamFailure) -> list[bytes]:
+        """The in-band error of a failure after the commit point."""
+        raise NotImplementedError
+
+    def __call__(self, event: RouterStreamEvent) -> list[bytes]:
+        if isinstance(event, StreamChunk):
+            out = self._start(event.model)
+            if event.tool_call is not None:
+                d = event.tool_call
+                return out + self._call(d.index, d.id or "", d.name or "", d.arguments)
+            return out + (self._text(event.text) if event.text else [])
+        if isinstance(event, StreamResult):
+            result = event.routed.result
+            out = self._start(result.model)
+            if (
+                not self.text_sent
+                and not self.calls_sent
+                and (result.output or (self.empty_text and not result.tool_calls))
+            ):
+                out += self._text(result.output)  # nothing streamed: the answer whole
+            if result.tool_calls and not self.calls_sent:
+                for i, call in enumerate(result.tool_calls):
+                    out += self._call(i, call.id, call.name, call.arguments)
+            out += self._close()
+            return out + self._finish(event.routed)
+        return self._failure(event)
 
 
 class Face:
@@ -169,11 +241,7 @@ class FaceView(SSENegotiationMixin, RoutingAPIView):
             return self.face.response(routed, admitted, self.viewer)
         request_id = current_request_id() or str(uuid.uuid4())
         events = aroute_stream(admitted.request, request_id=request_id)
-        try:
-            first = await anext(events)
-        except BaseException:  # cancelled (the client went away) or failed: record it now
-            await aclose_events(events)
-            raise
+        first = await afirst_event(events)
         if isinstance(first, StreamResult) and first.routed.result.status != "ok":
             await aclose_events(events)
             return self.face.error_response(first.routed, self.viewer)

@@ -55,7 +55,8 @@ from .chat_serializers import (
     ToolsField,
     check_conversation,
     check_input,
-    check_json_schema,
+    check_output_schema,
+    requested_schema,
 )
 from .problems import flatten, routed_problem, routing_headers
 from .reuse import reused
@@ -66,6 +67,7 @@ from .sse import (
     SSENegotiationMixin,
     aclose_events,
     aevent_frames,
+    afirst_event,
     routed_stream_response,
     sse,
 )
@@ -122,11 +124,6 @@ def _neutral_text(name: str) -> str:
     return " or ".join(shown)
 
 
-def check_response_schema(schema: Any) -> str | None:
-    """The one call that checks ``response_format.json_schema.schema``."""
-    return check_json_schema(schema)
-
-
 class JsonSchemaFormatSerializer(ClosedSerializer):
     name = StrictCharField(required=False, max_length=64)
     description = StrictCharField(required=False, allow_blank=True)
@@ -134,11 +131,7 @@ class JsonSchemaFormatSerializer(ClosedSerializer):
     strict = StrictBooleanField(required=False, allow_null=True)
 
     def validate_schema(self, value: Any) -> Any:
-        if not isinstance(value, dict):
-            raise serializers.ValidationError("Expected a JSON Schema object.")
-        if len(json.dumps(value)) > int(routing_settings.MAX_SCHEMA_BYTES):
-            raise serializers.ValidationError("The schema is too large.")
-        problem = check_response_schema(value)
+        problem = check_output_schema(value)
         if problem:
             raise serializers.ValidationError(problem)
         return value
@@ -216,11 +209,7 @@ class ChatCompletionRequestSerializer(SamplingSerializer):
     def to_request(self) -> AuditRequest:
         d = self.validated_data
         fmt = d.get("response_format") or {}
-        schema: dict[str, Any] | None = None
-        if fmt.get("type") == "json_schema":
-            schema = fmt["json_schema"]["schema"]
-        elif fmt.get("type") == "json_object":
-            schema = {"type": "object"}
+        schema = requested_schema(fmt.get("type"), (fmt.get("json_schema") or {}).get("schema"))
         sampling = self.sampling()
         sampling["max_tokens"] = d.get("max_completion_tokens") or d.get("max_tokens")
         return AuditRequest(
@@ -520,11 +509,7 @@ class ChatCompletionsView(SSENegotiationMixin, OpenAIErrorsMixin, RoutingAPIView
             return _completion_response(routed, self.viewer)
         request_id = current_request_id() or str(uuid.uuid4())
         events = aroute_stream(audit_request, request_id=request_id)
-        try:
-            first = await anext(events)
-        except BaseException:  # cancelled (the client went away) or failed: record it now
-            await aclose_events(events)
-            raise
+        first = await afirst_event(events)
         if isinstance(first, StreamResult) and first.routed.result.status != "ok":
             await aclose_events(events)
             # nothing was sent yet: a real HTTP error

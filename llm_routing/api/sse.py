@@ -17,6 +17,7 @@ __all__ = [
     "SSENegotiationMixin",
     "aclose_events",
     "aevent_frames",
+    "afirst_event",
     "closing_events",
     "routed_stream_response",
     "sse",
@@ -110,6 +111,17 @@ async def closing_events(events: AsyncIterator[Any]) -> AsyncIterator[AsyncItera
         yield events
     finally:
         await aclose_events(events)
+
+
+async def afirst_event(events: AsyncIterator[Any]) -> Any:
+    """The first event of the router's async stream; if reading it is cancelled (the
+    client went away) or fails, the stream is closed first, so its decision is
+    recorded now."""
+    try:
+        return await anext(events)
+    except BaseException:
+        await aclose_events(events)
+        raise
 
 
 async def aclose_events(events: AsyncIterator[Any]) -> None:
