@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import json
 import re
-import socket
-import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, TypeVar
@@ -26,6 +24,7 @@ from rest_framework.test import APIClient
 from llm_routing.errors import NetworkError
 from llm_routing.models import RoutingDecision
 
+from . import support
 from .conftest import VENDOR_OF_KIND, make_chain, make_provider
 from .fakes.upstream import FakeUpstream, Faults
 
@@ -366,25 +365,8 @@ def test_health_is_the_same_on_both_faces(
 @pytest.fixture
 def uvicorn_server() -> Iterator[str]:
     """The project's ASGI application under uvicorn, in a thread of this process."""
-    import uvicorn
-
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    config = uvicorn.Config(get_asgi_application(), lifespan="off", log_level="warning")
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        assert time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
-        sock.close()
+    with support.uvicorn_server(get_asgi_application(), lifespan="off") as base:
+        yield base
 
 
 def test_client_disconnect_mid_stream_is_recorded(

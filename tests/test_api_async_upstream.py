@@ -18,9 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
-import threading
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -36,6 +33,7 @@ from llm_routing.resilience import breaker
 from tests.breaker_support import FakeClock
 from tests.conftest import VENDOR_OF_KIND, make_chain, make_provider
 from tests.fakes.upstream import FakeUpstream, Faults
+from tests.support import uvicorn_server, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -333,34 +331,8 @@ def asgi_server() -> Iterator[str]:
     """The project's ASGI application under uvicorn (lifespan on, as the shipped
     gunicorn.conf.py's uvicorn workers run it), in a thread of this process (the test's
     environment and settings reach it)."""
-    import uvicorn
-
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    config = uvicorn.Config(get_asgi_application(), lifespan="on", log_level="warning")
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
-        sock.close()
-
-
-def _wait_for(predicate: Callable[[], bool], seconds: float) -> bool:
-    deadline = time.monotonic() + seconds
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
+    with uvicorn_server(get_asgi_application()) as base:
+        yield base
 
 
 WORDS = "one two three four five six seven eight nine ten eleven twelve"
@@ -405,10 +377,10 @@ def test_client_disconnect_mid_stream_closes_the_upstream_request(
                 break  # leave mid-stream: the connection is closed with the client
     assert received == ["one", " two"]
 
-    assert _wait_for(lambda: fake_upstream.disconnects == 1, 10.0), "upstream left open"
-    assert _wait_for(
-        lambda: RoutingDecision.objects.filter(request_id=request_id).exists(), 15.0
-    ), "no decision row for the abandoned stream"
+    assert wait_for(lambda: fake_upstream.disconnects == 1, 10.0), "upstream left open"
+    assert wait_for(lambda: RoutingDecision.objects.filter(request_id=request_id).exists(), 15.0), (
+        "no decision row for the abandoned stream"
+    )
     attempt = Attempt.objects.get(decision__request_id=request_id)
     assert (attempt.error_category, attempt.partial) == ("client_disconnected", True)
     assert breaker.store.load("first", "first-model").failures == 0

@@ -15,7 +15,6 @@ upstream records each request's client port, and /proc says which worker owns it
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import signal
 import subprocess
@@ -37,7 +36,7 @@ from llm_routing.models import Chain, ChainEntry, Provider, RoutingDecision
 
 from .conftest import VENDOR_OF_KIND, upstream_fields
 from .fakes.upstream import FakeUpstream, Faults
-from .support import ROOT, clean_env
+from .support import ROOT, chat_words, clean_env
 from .support import database_url as _database_url
 
 pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True)]
@@ -376,7 +375,6 @@ def test_a_client_leaving_mid_stream_closes_the_upstream_request_for_every_kind(
     for done, kind in enumerate(kinds):
         fake_upstream.script(VENDOR_OF_KIND[kind], Faults.stream(text=WORDS, interval=0.2))
         body = {**CHAT, "model": f"k-{kind}", "stream": True}
-        received: list[str] = []
         with (
             httpx.Client(base_url=shipped_server.base, timeout=30) as client,
             client.stream(
@@ -388,13 +386,7 @@ def test_a_client_leaving_mid_stream_closes_the_upstream_request_for_every_kind(
         ):
             assert response.status_code == 200, response.read()
             request_id = response.headers["X-Request-ID"]
-            for line in response.iter_lines():
-                if line.startswith("data: {"):
-                    delta = json.loads(line[len("data: ") :])["choices"][0]["delta"]
-                    if delta.get("content"):
-                        received.append(delta["content"])
-                if len(received) == 2:
-                    break
+            received = chat_words(response, 2)
         assert received == ["one", " two"], kind
         deadline = time.monotonic() + 10
         while fake_upstream.disconnects < done + 1:

@@ -17,9 +17,6 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import socket
-import threading
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -35,6 +32,7 @@ from llm_routing.resilience import breaker
 from tests.breaker_support import FakeClock
 from tests.conftest import VENDOR_OF_KIND, make_chain, make_provider
 from tests.fakes.upstream import FakeUpstream, Faults
+from tests.support import chat_words, uvicorn_server, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -408,34 +406,8 @@ def test_registering_a_face(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture(params=SERVED)
 def server(request: pytest.FixtureRequest) -> Iterator[str]:
-    import uvicorn
-
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    config = uvicorn.Config(application(request.param), lifespan="on", log_level="warning")
-    uv = uvicorn.Server(config)
-    thread = threading.Thread(target=uv.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not uv.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        uv.should_exit = True
-        thread.join(timeout=10)
-        sock.close()
-
-
-def _wait_for(predicate: Callable[[], bool], seconds: float) -> bool:
-    deadline = time.monotonic() + seconds
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
+    with uvicorn_server(application(request.param)) as base:
+        yield base
 
 
 WORDS = "one two three four five six seven eight nine ten eleven twelve"
@@ -453,7 +425,6 @@ def test_a_client_leaving_mid_stream_is_recorded_alike(
     request is closed and the decision says ``client_disconnected`` (partial)."""
     upstream_chain(("first", kind, {"model": "first-model", "supports_streaming": True}))
     fake_upstream.script(VENDOR_OF_KIND[kind], Faults.stream(text=WORDS, interval=0.2))
-    received: list[str] = []
     with (
         httpx.Client(base_url=server, timeout=10) as client,
         client.stream(
@@ -462,16 +433,10 @@ def test_a_client_leaving_mid_stream_is_recorded_alike(
     ):
         assert response.status_code == 200
         request_id = response.headers["X-Request-ID"]
-        for line in response.iter_lines():
-            if line.startswith("data: {"):
-                delta = json.loads(line[len("data: ") :])["choices"][0]["delta"]
-                if delta.get("content"):
-                    received.append(delta["content"])
-            if len(received) == 2:
-                break
+        received = chat_words(response, 2)
     assert received == ["one", " two"]
-    assert _wait_for(lambda: fake_upstream.disconnects == 1, 10.0), "upstream left open"
-    assert _wait_for(lambda: bool(records(request_id)), 15.0), "no decision row"
+    assert wait_for(lambda: fake_upstream.disconnects == 1, 10.0), "upstream left open"
+    assert wait_for(lambda: bool(records(request_id)), 15.0), "no decision row"
     assert records(request_id)[0][2] == [("first", "error", "client_disconnected", True)]
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from drf_spectacular.utils import extend_schema_field
@@ -26,6 +26,7 @@ from ..boundary import CheckedObject, InputRefused, Path, check, parse_json_text
 from ..conf import routing_settings
 from ..schemas import SchemaRefused, check_schema
 from ..types import AuditRequest, ContentPart, ForcedTool, Message, Tool, ToolCall, ToolChoice
+from .problems import UNKNOWN_PARAMETER
 
 __all__ = [
     "ROLES",
@@ -42,8 +43,12 @@ __all__ = [
     "check_conversation",
     "check_input",
     "check_json_schema",
+    "check_output_schema",
     "json_text",
+    "refuse_unknown",
+    "requested_schema",
     "tool_choice_to_dict",
+    "tool_objects",
 ]
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
@@ -93,6 +98,29 @@ class ClosedSerializer(serializers.Serializer):
         return super().to_internal_value(data)
 
 
+def refuse_unknown(
+    data: Any, known: Any, *, message: str | Callable[[str], str] = "Unknown parameter."
+) -> None:
+    """400 naming the first parameter of ``data`` not in ``known`` (code
+    ``unknown_parameter``); ``message`` is the words, or makes them from the name."""
+    if isinstance(data, Mapping):
+        for name in data:
+            if name not in known:
+                words = message(str(name)) if callable(message) else message
+                raise serializers.ValidationError({str(name): [words]}, code=UNKNOWN_PARAMETER)
+
+
+def tool_objects(data: Any) -> Iterator[tuple[int, Mapping[str, Any]]]:
+    """Each tool of a face's ``tools`` list with its index: 400 for a value that is not
+    a list, or (when it is reached) an item that is not an object."""
+    if not isinstance(data, list):
+        raise serializers.ValidationError("Expected a list of tools.")
+    for i, raw in enumerate(data):
+        if not isinstance(raw, Mapping):
+            raise serializers.ValidationError({str(i): ["Expected a tool object."]})
+        yield i, raw
+
+
 def check_json_schema(schema: Any) -> str | None:
     """Why ``schema`` is not a valid JSON Schema, or None. The one place requests'
     schemas (``response_format``, tool ``parameters``) are checked."""
@@ -100,6 +128,27 @@ def check_json_schema(schema: Any) -> str | None:
         check_schema(schema)  # no I/O, local refs only, RE2 patterns, a bounded mock answer
     except SchemaRefused as exc:
         return str(exc)
+    return None
+
+
+def check_output_schema(schema: Any) -> str | None:
+    """Why ``schema`` cannot be a structured-output schema (not an object, larger than
+    ``MAX_SCHEMA_BYTES``, or not a valid JSON Schema), or None: ``response_format`` and
+    ``text.format`` alike."""
+    if not isinstance(schema, dict):
+        return "Expected a JSON Schema object."
+    if len(json.dumps(schema)) > int(routing_settings.MAX_SCHEMA_BYTES):
+        return "The schema is too large."
+    return check_json_schema(schema)
+
+
+def requested_schema(kind: Any, schema: Any) -> dict[str, Any] | None:
+    """The router's ``response_schema`` for a validated output format: its schema for
+    ``json_schema``, any object for ``json_object``, none for ``text``."""
+    if kind == "json_schema":
+        return schema
+    if kind == "json_object":
+        return {"type": "object"}
     return None
 
 

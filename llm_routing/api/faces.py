@@ -24,11 +24,10 @@ from __future__ import annotations
 
 import itertools
 import uuid
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from django.http import StreamingHttpResponse
 from django.http.response import HttpResponseBase
 from django.utils.module_loading import import_string
 from drf_spectacular.utils import OpenApiExample, OpenApiResponse
@@ -37,19 +36,30 @@ from rest_framework.authentication import BaseAuthentication
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from .. import snapshot
-from ..access import NOBODY, Viewer, may_see, viewer_for
-from ..conf import routing_settings
+from ..access import NOBODY, Viewer, viewer_for
 from ..logging import current_request_id
 from ..router import aroute_stream, route_stream
 from ..service import aexecute, execute
-from ..types import AuditRequest, RouterStreamEvent, RoutingResult, StreamChunk, StreamResult
+from ..types import (
+    AuditRequest,
+    RouterStreamEvent,
+    RoutingResult,
+    StreamChunk,
+    StreamFailure,
+    StreamResult,
+)
 from .authentication import TokenAuthentication
 from .base import RoutingAPIView
-from .budget_guard import BudgetRefused
-from .openai_compat import model_not_found, visible_model
+from .openai_compat import model_not_found, select_model, visible_model
+from .problems import Problem, exception_problem, flatten, routed_problem, routing_headers
 from .reuse import reused
-from .sse import SSENegotiationMixin, aclose_events, closing_events, sse_response
+from .sse import (
+    SSENegotiationMixin,
+    aclose_events,
+    aevent_frames,
+    afirst_event,
+    routed_stream_response,
+)
 
 __all__ = [
     "Face",
@@ -57,6 +67,7 @@ __all__ = [
     "Frames",
     "Parsed",
     "Problem",
+    "StreamEvents",
     "exception_problem",
     "flatten",
     "routed_problem",
@@ -64,47 +75,6 @@ __all__ = [
     "schema_entry",
     "select_model",
 ]
-
-#: router error category → (HTTP status, the problem's kind); the same statuses as
-#: ``/v1/chat/completions``. Kinds: invalid_request, not_found, upstream, unavailable.
-CATEGORY_STATUS: dict[str, tuple[int, str]] = {
-    "invalid_request": (400, "invalid_request"),
-    "context_length": (400, "invalid_request"),
-    "content_policy": (400, "invalid_request"),
-    "unsupported": (400, "invalid_request"),
-    "unknown_provider": (404, "not_found"),
-    "authentication": (502, "upstream"),
-    "response": (502, "upstream"),
-    "chain_exhausted": (503, "unavailable"),
-}
-
-#: HTTP status of a refused request → the problem's kind.
-STATUS_KIND: dict[int, str] = {
-    400: "invalid_request",
-    401: "authentication",
-    403: "permission",
-    404: "not_found",
-    405: "invalid_request",
-    406: "invalid_request",
-    413: "too_large",
-    415: "invalid_request",
-    429: "rate_limit",
-    501: "not_implemented",
-    502: "upstream",
-    503: "unavailable",
-}
-
-
-@dataclass(frozen=True, slots=True)
-class Problem:
-    """One error, before a face puts it in its envelope."""
-
-    status: int
-    kind: str  # invalid_request, authentication, permission, not_found, rate_limit …
-    message: str
-    param: str | None = None  # the request field at fault (400s)
-    code: str | None = None  # a machine-readable code (unknown_parameter, budget code …)
-    extra: Mapping[str, Any] = field(default_factory=dict)  # request_id, candidates, budget …
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,87 +85,66 @@ class Parsed:
     echo: Mapping[str, Any] = field(default_factory=dict)
 
 
-def select_model(model: str) -> dict[str, Any]:
-    """``model`` → a chain, a route key, or a provider name (the lookup order of
-    ``/v1/chat/completions``); 404 naming it otherwise (the words of a hidden one)."""
-    config = snapshot.current()  # no configuration rows on the request path
-    if config.chain(model) is not None:
-        return {"chain": model}
-    if model in (routing_settings.ROUTES or {}) or config.has_route_rule(model):
-        return {"route": model}
-    if model == "mock" or config.provider(model) is not None:
-        return {"provider": model}
-    raise model_not_found(model)
-
-
-def flatten(detail: Any, prefix: str = "") -> tuple[str, str | None]:
-    """DRF's nested error detail → (``"place: message"``, place) of its first error;
-    places are dotted (``messages.2.content``)."""
-    if isinstance(detail, dict):
-        for key, value in detail.items():
-            name = "" if key == "non_field_errors" else str(key)
-            path = f"{prefix}.{name}" if prefix and name else (name or prefix)
-            return flatten(value, path)
-    if isinstance(detail, list) and detail:
-        return flatten(detail[0], prefix)
-    return (f"{prefix}: {detail}" if prefix else str(detail)), (prefix or None)
-
-
-UNKNOWN_PARAMETER = "unknown_parameter"
-
-
-def exception_problem(exc: exceptions.APIException, status_code: int) -> Problem:
-    """A refused request (validation, authentication, permission, throttle, budget …)."""
-    kind = STATUS_KIND.get(status_code, "api")
-    if isinstance(exc, BudgetRefused):
-        body = exc.refusal.body()
-        message = str(body.pop("detail"))
-        return Problem(status_code, kind, message, code=exc.refusal.code, extra=body)
-    message, param = flatten(exc.detail)
-    codes = exc.get_codes()
-    code = codes if isinstance(codes, str) else None
-    if isinstance(exc, exceptions.ValidationError):
-        code = "invalid_value"
-        first = codes
-        while isinstance(first, dict | list) and first:
-            first = next(iter(first.values())) if isinstance(first, dict) else first[0]
-        if first == UNKNOWN_PARAMETER:
-            code = UNKNOWN_PARAMETER
-        return Problem(status_code, kind, message, param=param, code=code)
-    return Problem(status_code, kind, message, code=code)
-
-
-def routing_headers(routed: RoutingResult) -> dict[str, str]:
-    attempts = [a for a in routed.metadata.attempts if a.outcome != "skipped"]
-    return {
-        "X-Request-ID": routed.request_id,
-        "X-LLM-Provider": routed.result.provider,
-        "X-LLM-Attempts": str(sum(a.retries + 1 for a in attempts)),
-    }
-
-
-def routed_problem(routed: RoutingResult, viewer: Viewer = NOBODY) -> Problem:
-    """A routed request that got no answer: its status, and for an exhausted chain
-    every candidate ``viewer`` may see with its outcome and reason."""
-    err = routed.result.error
-    category = err.category if err else "response"
-    status_code, kind = CATEGORY_STATUS.get(category, (503, "unavailable"))
-    message = err.message if err else "Every candidate failed."
-    extra: dict[str, Any] = {}
-    if category == "chain_exhausted":
-        candidates = [
-            {"provider": a.provider, "outcome": a.outcome, "reason": a.reason}
-            for a in routed.metadata.attempts
-            if may_see(viewer, "provider", a.provider)
-        ]
-        reasons = ", ".join(f"{c['provider']}: {c['reason']}" for c in candidates) or "none"
-        message = f"No provider could answer (request {routed.request_id}; {reasons})."
-        extra = {"request_id": routed.request_id, "candidates": candidates}
-    return Problem(status_code, kind, message, code=category, extra=extra)
-
-
 #: Turns one router event into this face's SSE frames (one instance per stream).
 Frames = Callable[[RouterStreamEvent], list[bytes]]
+
+
+class StreamEvents:
+    """A face's SSE events of one streamed answer, router event by router event: the
+    walk every face shares (started once, text and tool-call deltas, the answer whole
+    when nothing of it was streamed, the open block closed, then the end), each step's
+    frames said by the face. One instance per stream (a :data:`Frames`)."""
+
+    #: Whether an answer with no text and no tool call is sent as an (empty) text.
+    empty_text: ClassVar[bool] = False
+
+    text_sent = False
+    calls_sent = False
+
+    def _start(self, model: str) -> list[bytes]:
+        """The opening frames (once: ``[]`` after the first call)."""
+        raise NotImplementedError
+
+    def _text(self, text: str) -> list[bytes]:
+        raise NotImplementedError
+
+    def _call(self, index: int, call_id: str, name: str, arguments: str) -> list[bytes]:
+        raise NotImplementedError
+
+    def _close(self) -> list[bytes]:
+        """The frames that close the open block, if any."""
+        raise NotImplementedError
+
+    def _finish(self, routed: RoutingResult) -> list[bytes]:
+        """The frames after the last block of a served answer."""
+        raise NotImplementedError
+
+    def _failure(self, event: StreamFailure) -> list[bytes]:
+        """The in-band error of a failure after the commit point."""
+        raise NotImplementedError
+
+    def __call__(self, event: RouterStreamEvent) -> list[bytes]:
+        if isinstance(event, StreamChunk):
+            out = self._start(event.model)
+            if event.tool_call is not None:
+                d = event.tool_call
+                return out + self._call(d.index, d.id or "", d.name or "", d.arguments)
+            return out + (self._text(event.text) if event.text else [])
+        if isinstance(event, StreamResult):
+            result = event.routed.result
+            out = self._start(result.model)
+            if (
+                not self.text_sent
+                and not self.calls_sent
+                and (result.output or (self.empty_text and not result.tool_calls))
+            ):
+                out += self._text(result.output)  # nothing streamed: the answer whole
+            if result.tool_calls and not self.calls_sent:
+                for i, call in enumerate(result.tool_calls):
+                    out += self._call(i, call.id, call.name, call.arguments)
+            out += self._close()
+            return out + self._finish(event.routed)
+        return self._failure(event)
 
 
 class Face:
@@ -235,14 +184,6 @@ class Face:
         return Response(
             self.error_body(problem), status=problem.status, headers=routing_headers(routed)
         )
-
-
-def _stream_response(frames: Any, request_id: str, first: RouterStreamEvent) -> HttpResponseBase:
-    response: StreamingHttpResponse = sse_response(frames)
-    response["X-Request-ID"] = request_id
-    if isinstance(first, StreamChunk):
-        response["X-LLM-Provider"] = first.provider
-    return response
 
 
 class FaceView(SSENegotiationMixin, RoutingAPIView):
@@ -292,7 +233,7 @@ class FaceView(SSENegotiationMixin, RoutingAPIView):
             return self.face.error_response(first.routed, self.viewer)  # nothing sent yet
         frames = self.face.frames(request_id, admitted)
         body = (f for event in itertools.chain([first], events) for f in frames(event))
-        return _stream_response(body, request_id, first)
+        return routed_stream_response(body, request_id, first)
 
     async def aanswer(self, request: Request, admitted: Parsed) -> HttpResponseBase:
         if not admitted.request.stream:
@@ -300,25 +241,12 @@ class FaceView(SSENegotiationMixin, RoutingAPIView):
             return self.face.response(routed, admitted, self.viewer)
         request_id = current_request_id() or str(uuid.uuid4())
         events = aroute_stream(admitted.request, request_id=request_id)
-        try:
-            first = await anext(events)
-        except BaseException:  # cancelled (the client went away) or failed: record it now
-            await aclose_events(events)
-            raise
+        first = await afirst_event(events)
         if isinstance(first, StreamResult) and first.routed.result.status != "ok":
             await aclose_events(events)
             return self.face.error_response(first.routed, self.viewer)
         frames = self.face.frames(request_id, admitted)
-
-        async def body() -> AsyncIterator[bytes]:
-            async with closing_events(events):
-                for frame in frames(first):
-                    yield frame
-                async for event in events:
-                    for frame in frames(event):
-                        yield frame
-
-        return _stream_response(body(), request_id, first)
+        return routed_stream_response(aevent_frames(events, frames, (first,)), request_id, first)
 
 
 #: The errors every face documents: status → (when, an example Problem).

@@ -32,13 +32,20 @@ from .. import pricing
 from ..types import (
     AuditRequest,
     ProviderResult,
-    RouterStreamEvent,
     RoutingResult,
-    StreamChunk,
-    StreamResult,
+    StreamFailure,
     ToolCall,
 )
-from .faces import Face, FaceView, Frames, Parsed, Problem, schema_entry, select_model
+from .faces import (
+    Face,
+    FaceView,
+    Frames,
+    Parsed,
+    Problem,
+    StreamEvents,
+    schema_entry,
+    select_model,
+)
 from .messages_serializers import MessagesRequestSerializer, TokenCountRequestSerializer
 from .openai_compat import finish_reason
 from .sse import sse
@@ -136,7 +143,7 @@ class MessagesFace(Face):
         return {"type": "error", "error": error}
 
 
-class _MessageEvents:
+class _MessageEvents(StreamEvents):
     """Anthropic's stream events of one answer, router event by router event."""
 
     def __init__(self, request_id: str) -> None:
@@ -203,38 +210,23 @@ class _MessageEvents:
         self.calls_sent = True
         return out
 
-    def __call__(self, event: RouterStreamEvent) -> list[bytes]:
-        if isinstance(event, StreamChunk):
-            out = self._start(event.model)
-            if event.tool_call is not None:
-                d = event.tool_call
-                return out + self._call(d.index, d.id or "", d.name or "", d.arguments)
-            return out + (self._text(event.text) if event.text else [])
-        if isinstance(event, StreamResult):
-            routed = event.routed
-            result = routed.result
-            out = self._start(result.model)
-            if not self.text_sent and not self.calls_sent and result.output:
-                out += self._text(result.output)  # nothing streamed: the answer whole
-            if result.tool_calls and not self.calls_sent:
-                for i, call in enumerate(result.tool_calls):
-                    out += self._call(i, call.id, call.name, call.arguments)
-            out += self._close()
-            usage = routed.result.usage
-            out.append(
-                self._event(
-                    "message_delta",
-                    {
-                        "delta": {"stop_reason": stop_reason(result), "stop_sequence": None},
-                        "usage": {
-                            "input_tokens": usage.input_tokens,
-                            "output_tokens": usage.output_tokens,
-                        },
+    def _finish(self, routed: RoutingResult) -> list[bytes]:
+        usage = routed.result.usage
+        return [
+            self._event(
+                "message_delta",
+                {
+                    "delta": {"stop_reason": stop_reason(routed.result), "stop_sequence": None},
+                    "usage": {
+                        "input_tokens": usage.input_tokens,
+                        "output_tokens": usage.output_tokens,
                     },
-                )
-            )
-            out.append(self._event("message_stop", {}))
-            return out
+                },
+            ),
+            self._event("message_stop", {}),
+        ]
+
+    def _failure(self, event: StreamFailure) -> list[bytes]:
         # A StreamFailure after the commit point: an in-band error, no message_stop.
         error_type = "overloaded_error" if event.error.category == "unavailable" else "api_error"
         return [

@@ -41,28 +41,20 @@ from .chat_serializers import (
     StrictIntegerField,
     ToolsField,
     check_conversation,
+    refuse_unknown,
+    tool_objects,
 )
-from .faces import UNKNOWN_PARAMETER, select_model
+from .faces import select_model
 from .serializers import output_tokens_within_limit
 
 __all__ = [
     "MessagesRequestSerializer",
     "TokenCountRequestSerializer",
-    "refuse_unknown",
 ]
 
 IMAGE_TYPES = ("image/jpeg", "image/png", "image/gif", "image/webp")
 #: Keys every block may carry that change nothing in the answer.
 HINTS = frozenset({"cache_control"})
-
-
-def refuse_unknown(data: Any, known: Any, *, message: str = "Unknown parameter.") -> None:
-    """400 naming the first parameter of ``data`` not in ``known`` (code
-    ``unknown_parameter``)."""
-    if isinstance(data, Mapping):
-        for name in data:
-            if name not in known:
-                raise serializers.ValidationError({str(name): [message]}, code=UNKNOWN_PARAMETER)
 
 
 def _fail(place: str, message: str) -> serializers.ValidationError:
@@ -374,12 +366,8 @@ class AnthropicToolsField(serializers.Field):
     """Anthropic's client tools → ``tuple[Tool, ...]`` (through the chat checks)."""
 
     def to_internal_value(self, data: Any) -> tuple[Tool, ...]:
-        if not isinstance(data, list):
-            raise serializers.ValidationError("Expected a list of tools.")
         chat: list[Any] = []
-        for i, raw in enumerate(data):
-            if not isinstance(raw, Mapping):
-                raise serializers.ValidationError({str(i): ["Expected a tool object."]})
+        for i, raw in tool_objects(data):
             kind = raw.get("type", "custom")
             if kind != "custom":
                 raise serializers.ValidationError(
@@ -515,13 +503,15 @@ class TokenCountRequestSerializer(serializers.Serializer):
             raise serializers.ValidationError(problems)
         return attrs
 
-    def conversation(self) -> AuditRequest:
+    def conversation(self, **more: Any) -> AuditRequest:
+        """The conversation as the router's request (``more``: its other fields)."""
         d = self.validated_data
         return AuditRequest(
             task="chat",
             messages=d["messages"],
             tools=d.get("tools") or (),
             tool_choice=d.get("tool_choice"),
+            **more,
         )
 
 
@@ -549,11 +539,7 @@ class MessagesRequestSerializer(TokenCountRequestSerializer):
 
     def to_request(self) -> AuditRequest:
         d = self.validated_data
-        return AuditRequest(
-            task="chat",
-            messages=d["messages"],
-            tools=d.get("tools") or (),
-            tool_choice=d.get("tool_choice"),
+        return self.conversation(
             stream=bool(d.get("stream")),
             temperature=d.get("temperature"),
             top_p=d.get("top_p"),

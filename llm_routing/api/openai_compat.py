@@ -18,10 +18,9 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import AsyncIterable, AsyncIterator, Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
-from django.http import StreamingHttpResponse
 from django.http.response import HttpResponseBase
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiResponse, extend_schema
@@ -56,8 +55,10 @@ from .chat_serializers import (
     ToolsField,
     check_conversation,
     check_input,
-    check_json_schema,
+    check_output_schema,
+    requested_schema,
 )
+from .problems import flatten, routed_problem, routing_headers
 from .reuse import reused
 from .schema_docs import CHAT_COMPLETIONS, MODELS
 from .serializers import StrictRegexField, ToolCallSerializer, output_tokens_within_limit
@@ -65,9 +66,10 @@ from .sse import (
     EventFrames,
     SSENegotiationMixin,
     aclose_events,
-    closing_events,
+    aevent_frames,
+    afirst_event,
+    routed_stream_response,
     sse,
-    sse_response,
 )
 
 __all__ = [
@@ -122,11 +124,6 @@ def _neutral_text(name: str) -> str:
     return " or ".join(shown)
 
 
-def check_response_schema(schema: Any) -> str | None:
-    """The one call that checks ``response_format.json_schema.schema``."""
-    return check_json_schema(schema)
-
-
 class JsonSchemaFormatSerializer(ClosedSerializer):
     name = StrictCharField(required=False, max_length=64)
     description = StrictCharField(required=False, allow_blank=True)
@@ -134,11 +131,7 @@ class JsonSchemaFormatSerializer(ClosedSerializer):
     strict = StrictBooleanField(required=False, allow_null=True)
 
     def validate_schema(self, value: Any) -> Any:
-        if not isinstance(value, dict):
-            raise serializers.ValidationError("Expected a JSON Schema object.")
-        if len(json.dumps(value)) > int(routing_settings.MAX_SCHEMA_BYTES):
-            raise serializers.ValidationError("The schema is too large.")
-        problem = check_response_schema(value)
+        problem = check_output_schema(value)
         if problem:
             raise serializers.ValidationError(problem)
         return value
@@ -216,11 +209,7 @@ class ChatCompletionRequestSerializer(SamplingSerializer):
     def to_request(self) -> AuditRequest:
         d = self.validated_data
         fmt = d.get("response_format") or {}
-        schema: dict[str, Any] | None = None
-        if fmt.get("type") == "json_schema":
-            schema = fmt["json_schema"]["schema"]
-        elif fmt.get("type") == "json_object":
-            schema = {"type": "object"}
+        schema = requested_schema(fmt.get("type"), (fmt.get("json_schema") or {}).get("schema"))
         sampling = self.sampling()
         sampling["max_tokens"] = d.get("max_completion_tokens") or d.get("max_tokens")
         return AuditRequest(
@@ -232,12 +221,13 @@ class ChatCompletionRequestSerializer(SamplingSerializer):
             stream=bool(d.get("stream")),
             backstop=False,  # an exhausted chain is a 503, unless the chain opts in
             **sampling,
-            **_select(d["model"]),
+            **select_model(d["model"]),
         )
 
 
-def _select(model: str) -> dict[str, Any]:
-    """``model`` → a chain, a route key, or a provider name."""
+def select_model(model: str) -> dict[str, Any]:
+    """``model`` → a chain, a route key, or a provider name (in that order of lookup),
+    for every ``/v1`` face; 404 naming it otherwise (the words of a hidden one)."""
     config = snapshot.current()  # no configuration rows on the request path
     if config.chain(model) is not None:
         return {"chain": model}
@@ -279,16 +269,17 @@ _TYPES = {
     429: "rate_limit_error",
 }
 
-#: router error category → (HTTP status, OpenAI error type, code)
-_CATEGORY_STATUS: dict[str, tuple[int, str, str]] = {
-    "invalid_request": (400, "invalid_request_error", "invalid_request"),
-    "context_length": (400, "invalid_request_error", "context_length_exceeded"),
-    "content_policy": (400, "invalid_request_error", "content_policy_violation"),
-    "unsupported": (400, "invalid_request_error", "unsupported"),
-    "unknown_provider": (404, "invalid_request_error", "model_not_found"),
-    "authentication": (502, "upstream_error", "upstream_authentication"),
-    "response": (502, "upstream_error", "upstream_bad_response"),
-    "chain_exhausted": (503, "service_unavailable", "no_provider_available"),
+#: router error category → (OpenAI error type, code); the HTTP status is the one of
+#: every /v1 face (api.problems.CATEGORY_STATUS).
+_CATEGORY_TYPE: dict[str, tuple[str, str]] = {
+    "invalid_request": ("invalid_request_error", "invalid_request"),
+    "context_length": ("invalid_request_error", "context_length_exceeded"),
+    "content_policy": ("invalid_request_error", "content_policy_violation"),
+    "unsupported": ("invalid_request_error", "unsupported"),
+    "unknown_provider": ("invalid_request_error", "model_not_found"),
+    "authentication": ("upstream_error", "upstream_authentication"),
+    "response": ("upstream_error", "upstream_bad_response"),
+    "chain_exhausted": ("service_unavailable", "no_provider_available"),
 }
 
 
@@ -360,24 +351,13 @@ def error_body(
     return {"error": {"message": message, "type": type_, "param": param, "code": code, **extra}}
 
 
-def _flatten(detail: Any, prefix: str = "") -> tuple[str, str | None]:
-    if isinstance(detail, dict):
-        for key, value in detail.items():
-            name = "" if key == "non_field_errors" else str(key)
-            path = f"{prefix}.{name}" if prefix and name else (name or prefix)
-            return _flatten(value, path)
-    if isinstance(detail, list) and detail:
-        return _flatten(detail[0], prefix)
-    return (f"{prefix}: {detail}" if prefix else str(detail)), (prefix or None)
-
-
 class OpenAIErrorsMixin:
     def handle_exception(self, exc: Exception) -> Response:
         response: Response = super().handle_exception(exc)  # type: ignore[misc]
         if isinstance(exc, BudgetRefused):  # budgets: their fields in the envelope
             response.data = exc.openai_body()
         elif isinstance(exc, exceptions.APIException):
-            message, param = _flatten(exc.detail)
+            message, param = flatten(exc.detail)
             code = exc.get_codes()
             code_str = code if isinstance(code, str) else None
             if isinstance(exc, exceptions.ValidationError):
@@ -393,38 +373,16 @@ class OpenAIErrorsMixin:
         return response
 
 
-def _headers(routed: RoutingResult) -> dict[str, str]:
-    attempts = [a for a in routed.metadata.attempts if a.outcome != "skipped"]
-    return {
-        "X-Request-ID": routed.request_id,
-        "X-LLM-Provider": routed.result.provider,
-        "X-LLM-Attempts": str(sum(a.retries + 1 for a in attempts)),
-    }
-
-
 def _error_response(routed: RoutingResult, viewer: Viewer = NOBODY) -> Response:
     """The error in OpenAI's envelope; a 503 names only the candidates ``viewer`` may
-    see (:func:`llm_routing.access.may_see`)."""
-    err = routed.result.error
-    category = err.category if err else "response"
-    status_code, type_, code = _CATEGORY_STATUS.get(
-        category, (503, "service_unavailable", category)
-    )
-    message = err.message if err else "Every candidate failed."
-    extra: dict[str, Any] = {}
-    if category == "chain_exhausted":
-        candidates = [
-            {"provider": a.provider, "outcome": a.outcome, "reason": a.reason}
-            for a in routed.metadata.attempts
-            if may_see(viewer, "provider", a.provider)
-        ]
-        reasons = ", ".join(f"{c['provider']}: {c['reason']}" for c in candidates) or "none"
-        message = f"No provider could answer (request {routed.request_id}; {reasons})."
-        extra = {"request_id": routed.request_id, "candidates": candidates}
+    see (:func:`llm_routing.api.problems.routed_problem`)."""
+    problem = routed_problem(routed, viewer)
+    category = problem.code or ""
+    type_, code = _CATEGORY_TYPE.get(category, ("service_unavailable", category))
     return Response(
-        error_body(message, type_=type_, code=code, **extra),
-        status=status_code,
-        headers=_headers(routed),
+        error_body(problem.message, type_=type_, code=code, **problem.extra),
+        status=problem.status,
+        headers=routing_headers(routed),
     )
 
 
@@ -540,7 +498,7 @@ class ChatCompletionsView(SSENegotiationMixin, OpenAIErrorsMixin, RoutingAPIView
             return _error_response(first.routed, self.viewer)
         frames = _Frames(request_id, include_usage=include_usage)
         body = EventFrames(events, frames, head=(first,))
-        return _stream_response(body, request_id, first)
+        return routed_stream_response(body, request_id, first)
 
     async def aanswer(
         self, request: Request, admitted: tuple[AuditRequest, bool]
@@ -551,26 +509,13 @@ class ChatCompletionsView(SSENegotiationMixin, OpenAIErrorsMixin, RoutingAPIView
             return _completion_response(routed, self.viewer)
         request_id = current_request_id() or str(uuid.uuid4())
         events = aroute_stream(audit_request, request_id=request_id)
-        try:
-            first = await anext(events)
-        except BaseException:  # cancelled (the client went away) or failed: record it now
-            await aclose_events(events)
-            raise
+        first = await afirst_event(events)
         if isinstance(first, StreamResult) and first.routed.result.status != "ok":
             await aclose_events(events)
             # nothing was sent yet: a real HTTP error
             return _error_response(first.routed, self.viewer)
         frames = _Frames(request_id, include_usage=include_usage)
-
-        async def body() -> AsyncIterator[bytes]:
-            async with closing_events(events):
-                for frame in frames(first):
-                    yield frame
-                async for event in events:
-                    for frame in frames(event):
-                        yield frame
-
-        return _stream_response(body(), request_id, first)
+        return routed_stream_response(aevent_frames(events, frames, (first,)), request_id, first)
 
 
 def _completion_response(routed: RoutingResult, viewer: Viewer = NOBODY) -> Response:
@@ -596,17 +541,7 @@ def _completion_response(routed: RoutingResult, viewer: Viewer = NOBODY) -> Resp
         "usage": _usage(routed),
         "system_fingerprint": None,
     }
-    return Response(body, headers=_headers(routed))
-
-
-def _stream_response(
-    frames: Iterable[bytes] | AsyncIterable[bytes], request_id: str, first: RouterStreamEvent
-) -> StreamingHttpResponse:
-    response = sse_response(frames)
-    response["X-Request-ID"] = request_id
-    if isinstance(first, StreamChunk):
-        response["X-LLM-Provider"] = first.provider
-    return response
+    return Response(body, headers=routing_headers(routed))
 
 
 class _Frames:

@@ -26,15 +26,14 @@ from rest_framework.request import Request
 from .. import pricing
 from ..types import (
     ProviderResult,
-    RouterStreamEvent,
     RoutingResult,
-    StreamChunk,
-    StreamResult,
+    StreamFailure,
     ToolCall,
     Usage,
 )
-from .faces import UNKNOWN_PARAMETER, Face, FaceView, Frames, Parsed, Problem, schema_entry
+from .faces import Face, FaceView, Frames, Parsed, Problem, StreamEvents, schema_entry
 from .openai_compat import finish_reason
+from .problems import UNKNOWN_PARAMETER
 from .responses_serializers import ResponsesRequestSerializer
 from .sse import sse
 
@@ -175,8 +174,10 @@ class ResponsesFace(Face):
         }
 
 
-class _ResponseEvents:
+class _ResponseEvents(StreamEvents):
     """The Responses stream events of one answer, router event by router event."""
+
+    empty_text = True  # an answer with neither text nor calls is an empty message item
 
     def __init__(self, request_id: str, echo: Any) -> None:
         self.rid = response_id(request_id)
@@ -314,37 +315,19 @@ class _ResponseEvents:
         self.calls_sent = True
         return out
 
-    def __call__(self, event: RouterStreamEvent) -> list[bytes]:
-        if isinstance(event, StreamChunk):
-            out = self._start(event.model)
-            if event.tool_call is not None:
-                d = event.tool_call
-                return out + self._call(d.index, d.id or "", d.name or "", d.arguments)
-            return out + (self._text(event.text) if event.text else [])
-        if isinstance(event, StreamResult):
-            routed = event.routed
-            result = routed.result
-            out = self._start(result.model)
-            if (
-                not self.text_sent
-                and not self.calls_sent
-                and (result.output or not result.tool_calls)
-            ):
-                out += self._text(result.output)  # nothing streamed: the answer whole
-            if result.tool_calls and not self.calls_sent:
-                for i, call in enumerate(result.tool_calls):
-                    out += self._call(i, call.id, call.name, call.arguments)
-            out += self._close()
-            status, incomplete = response_status(result)
-            final = self._response(status)
-            final.update(
-                output=self.output,
-                incomplete_details=incomplete,
-                usage=_usage(result.usage, routed),
-            )
-            name = "response.completed" if status == "completed" else "response.incomplete"
-            out.append(self._event(name, {"response": final}))
-            return out
+    def _finish(self, routed: RoutingResult) -> list[bytes]:
+        result = routed.result
+        status, incomplete = response_status(result)
+        final = self._response(status)
+        final.update(
+            output=self.output,
+            incomplete_details=incomplete,
+            usage=_usage(result.usage, routed),
+        )
+        name = "response.completed" if status == "completed" else "response.incomplete"
+        return [self._event(name, {"response": final})]
+
+    def _failure(self, event: StreamFailure) -> list[bytes]:
         # A StreamFailure after the commit point: an error event, then response.failed.
         error = {"code": event.error.category, "message": event.error.message}
         failed = self._response("failed")

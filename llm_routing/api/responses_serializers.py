@@ -42,9 +42,13 @@ from .chat_serializers import (
     StrictIntegerField,
     ToolsField,
     check_conversation,
-    check_json_schema,
+    check_output_schema,
+    refuse_unknown,
+    requested_schema,
+    tool_objects,
 )
-from .faces import UNKNOWN_PARAMETER, select_model
+from .faces import select_model
+from .problems import UNKNOWN_PARAMETER
 from .serializers import StrictStringMapField, output_tokens_within_limit
 
 __all__ = ["BUILTIN_TOOLS", "NEUTRAL_VALUES", "STATELESS", "ResponsesRequestSerializer"]
@@ -314,12 +318,8 @@ class FunctionToolsField(serializers.Field):
     """Responses' flat function tools → ``tuple[Tool, ...]`` (through the chat checks)."""
 
     def to_internal_value(self, data: Any) -> tuple[Tool, ...]:
-        if not isinstance(data, list):
-            raise serializers.ValidationError("Expected a list of tools.")
         chat: list[Any] = []
-        for i, raw in enumerate(data):
-            if not isinstance(raw, Mapping):
-                raise serializers.ValidationError({str(i): ["Expected a tool object."]})
+        for i, raw in tool_objects(data):
             kind = raw.get("type")
             if kind != "function":
                 name = kind if isinstance(kind, str) else "?"
@@ -421,12 +421,7 @@ class FormatSerializer(serializers.Serializer):
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         if attrs["type"] != "json_schema":
             return attrs
-        schema = attrs.get("schema")
-        if not isinstance(schema, dict):
-            raise serializers.ValidationError({"schema": ["Expected a JSON Schema object."]})
-        if len(json.dumps(schema)) > int(routing_settings.MAX_SCHEMA_BYTES):
-            raise serializers.ValidationError({"schema": ["The schema is too large."]})
-        problem = check_json_schema(schema)
+        problem = check_output_schema(attrs.get("schema"))
         if problem:
             raise serializers.ValidationError({"schema": [problem]})
         return attrs
@@ -444,12 +439,8 @@ class TextSerializer(serializers.Serializer):
         return super().to_internal_value(data)
 
 
-def _refuse_unknown(data: Any, known: Any, prefix: str = "") -> None:
-    if isinstance(data, Mapping):
-        for name in data:
-            if name not in known:
-                shown = f"{prefix}.{name}" if prefix else name
-                raise _refuse(str(name), f"Unknown parameter: '{shown}'.", UNKNOWN_PARAMETER)
+def _refuse_unknown(data: Any, known: Any, prefix: str) -> None:
+    refuse_unknown(data, known, message=lambda name: f"Unknown parameter: '{prefix}.{name}'.")
 
 
 class ResponsesRequestSerializer(serializers.Serializer):
@@ -507,11 +498,7 @@ class ResponsesRequestSerializer(serializers.Serializer):
     def to_request(self) -> AuditRequest:
         d = self.validated_data
         fmt = (d.get("text") or {}).get("format") or {}
-        schema: dict[str, Any] | None = None
-        if fmt.get("type") == "json_schema":
-            schema = fmt["schema"]
-        elif fmt.get("type") == "json_object":
-            schema = {"type": "object"}
+        schema = requested_schema(fmt.get("type"), fmt.get("schema"))
         return AuditRequest(
             task="chat",
             messages=d["input"],

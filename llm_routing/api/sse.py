@@ -9,12 +9,17 @@ from typing import Any
 
 from django.http import StreamingHttpResponse
 
+from ..types import RouterStreamEvent, StreamChunk
+
 __all__ = [
     "SSE_HEADERS",
     "EventFrames",
     "SSENegotiationMixin",
     "aclose_events",
+    "aevent_frames",
+    "afirst_event",
     "closing_events",
+    "routed_stream_response",
     "sse",
     "sse_response",
 ]
@@ -46,6 +51,18 @@ def sse_response(frames: Iterable[bytes] | AsyncIterable[bytes]) -> StreamingHtt
     response = StreamingHttpResponse(frames, content_type="text/event-stream")
     for name, value in SSE_HEADERS.items():
         response[name] = value
+    return response
+
+
+def routed_stream_response(
+    frames: Iterable[bytes] | AsyncIterable[bytes], request_id: str, first: RouterStreamEvent
+) -> StreamingHttpResponse:
+    """:func:`sse_response` of a routed stream, with ``X-Request-ID`` and, when the first
+    event is a chunk, the ``X-LLM-Provider`` that is serving it."""
+    response = sse_response(frames)
+    response["X-Request-ID"] = request_id
+    if isinstance(first, StreamChunk):
+        response["X-LLM-Provider"] = first.provider
     return response
 
 
@@ -96,8 +113,35 @@ async def closing_events(events: AsyncIterator[Any]) -> AsyncIterator[AsyncItera
         await aclose_events(events)
 
 
+async def afirst_event(events: AsyncIterator[Any]) -> Any:
+    """The first event of the router's async stream; if reading it is cancelled (the
+    client went away) or fails, the stream is closed first, so its decision is
+    recorded now."""
+    try:
+        return await anext(events)
+    except BaseException:
+        await aclose_events(events)
+        raise
+
+
 async def aclose_events(events: AsyncIterator[Any]) -> None:
     """Close the router's async stream (an async generator) now, not when collected."""
     aclose = getattr(events, "aclose", None)
     if aclose is not None:
         await aclose()
+
+
+async def aevent_frames(
+    events: AsyncIterator[Any],
+    to_frames: Callable[[Any], Iterable[bytes]],
+    head: Iterable[Any] = (),
+) -> AsyncIterator[bytes]:
+    """:class:`EventFrames` for the router's async stream: the frames of ``head`` (the
+    events already read), then of each event as it comes, in :func:`closing_events`."""
+    async with closing_events(events):
+        for event in head:
+            for frame in to_frames(event):
+                yield frame
+        async for event in events:
+            for frame in to_frames(event):
+                yield frame
