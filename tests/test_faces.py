@@ -655,3 +655,22 @@ def test_models_lists_the_faces_each_name_serves(api, fake_upstream):
     listed = {m["id"]: m for m in api.get("/v1/models").json()["data"]}
     for name in ("main", "p", "mock"):
         assert listed[name]["faces"] == ["/v1/chat/completions", "/v1/responses", "/v1/messages"]
+
+
+def test_a_stream_the_client_leaves_is_recorded_when_the_response_closes(
+    face, fake_upstream, api, key_env
+):
+    """WSGI: the server closes the response when the client goes away; the router's
+    stream is closed then (``sse.EventFrames``), so the decision is written at that
+    moment — not left to the router stream's finalizer, which only hands it to the
+    write-behind queue."""
+    make_chain("main", [row("p", "openai", fake_upstream)])
+    fake_upstream.script("openai", Faults.stream(text=TEXT))
+    response = api.post(face.path, face.body("Tell me.", stream=True), format="json")
+    assert response.status_code == 200
+    kept = response.streaming_content  # the server holds the body while it sends
+    next(iter(kept))  # the first frame went out; then the client leaves
+    response.close()
+    request_id = response.headers["X-Request-ID"]
+    assert RoutingDecision.objects.filter(request_id=request_id).count() == 1
+    del kept

@@ -22,7 +22,6 @@ Faces: :mod:`~llm_routing.api.messages_face` (Anthropic Messages) and
 
 from __future__ import annotations
 
-import itertools
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -54,6 +53,7 @@ from .openai_compat import model_not_found, select_model, visible_model
 from .problems import Problem, exception_problem, flatten, routed_problem, routing_headers
 from .reuse import reused
 from .sse import (
+    EventFrames,
     SSENegotiationMixin,
     aclose_events,
     aevent_frames,
@@ -232,7 +232,7 @@ class FaceView(SSENegotiationMixin, RoutingAPIView):
         if isinstance(first, StreamResult) and first.routed.result.status != "ok":
             return self.face.error_response(first.routed, self.viewer)  # nothing sent yet
         frames = self.face.frames(request_id, admitted)
-        body = (f for event in itertools.chain([first], events) for f in frames(event))
+        body = EventFrames(events, frames, head=(first,))  # closed with the response
         return routed_stream_response(body, request_id, first)
 
     async def aanswer(self, request: Request, admitted: Parsed) -> HttpResponseBase:
