@@ -20,7 +20,7 @@ import json
 from dataclasses import replace
 from typing import Any
 
-from .errors import ProviderError, scrub
+from .errors import REDACTED, ProviderError, scrub
 from .logging import known_key_values
 from .types import (
     AuditRequest,
@@ -33,7 +33,14 @@ from .types import (
     ToolCallDelta,
 )
 
-__all__ = ["KeyGuard", "StreamGuard", "redacted", "sanitized", "scrub_error"]
+__all__ = [
+    "TRIGGER_CHARS",
+    "KeyGuard",
+    "StreamGuard",
+    "redacted",
+    "sanitized",
+    "scrub_error",
+]
 
 
 def _clean(value: Any, secrets: list[str]) -> Any:
@@ -86,35 +93,72 @@ def sanitized(result: ProviderResult, request: AuditRequest) -> ProviderResult:
     )
 
 
+#: How much of a key's beginning makes a stream hold text back (see :class:`KeyGuard`).
+TRIGGER_CHARS = 4
+
+
 class KeyGuard:
-    """Scrubs key values out of streamed text, even a key split across chunks: the
-    longest tail of the text so far that could begin a key is held back until the next
-    chunk shows whether it does (ordinary text is never held back)."""
+    """Scrubs key values out of streamed text, even a key split across chunks, without
+    telling anything of a key by *when* it lets text go.
+
+    Holding back "the longest tail that could begin a key" would be an oracle: a caller
+    who can make the upstream echo a guess sees its tail held back (merged into the next
+    frame) exactly when the guess is a prefix of the key, and recovers the key a
+    character at a time. Here the hold-back depends on a key's first
+    :data:`TRIGGER_CHARS` characters only (usually its vendor's public prefix, such as
+    ``sk-``): from the first place where they stand (or could begin, at the end of the
+    text), text is held until the longest key length has arrived — however the rest
+    compares with any key — then a whole key there is redacted and the scan goes on.
+    Ordinary text, with no key's beginning in it, is never held back."""
 
     def __init__(self, secrets: list[str]) -> None:
         self.secrets = secrets
         self.pending = ""
 
     def feed(self, text: str) -> str:
-        if not self.secrets:
-            return text
-        pending = scrub(self.pending + text, self.secrets)
-        hold = self._key_prefix_len(pending)
-        self.pending = pending[len(pending) - hold :] if hold else ""
-        return pending[: len(pending) - hold]
+        secrets = [s for s in self.secrets if len(s) >= 4]  # what scrub() redacts
+        if not secrets:
+            return scrub(self.pending + text, self.secrets) if self.pending else text
+        buf, out, start = self.pending + text, [], 0
+        longest = max(len(s) for s in secrets)
+        while True:
+            at = _trigger(buf, start, secrets)
+            if at is None:
+                out.append(buf)
+                self.pending = ""
+                break
+            if len(buf) - at < longest:  # wait for the longest key length, whatever it holds
+                out.append(buf[:at])
+                self.pending = buf[at:]
+                break
+            key = next((s for s in secrets if buf.startswith(s, at)), None)
+            if key is None:
+                start = at + 1
+                continue
+            out.append(buf[:at] + REDACTED)
+            buf, start = buf[at + len(key) :], 0
+        return "".join(out)
 
     def flush(self) -> str:
         rest, self.pending = self.pending, ""
-        return rest
+        return scrub(rest, self.secrets)
 
-    def _key_prefix_len(self, text: str) -> int:
-        best = 0
-        for secret in self.secrets:
-            for size in range(min(len(secret) - 1, len(text)), best, -1):
-                if secret.startswith(text[-size:]):
-                    best = size
+
+def _trigger(text: str, start: int, secrets: list[str]) -> int | None:
+    """The first place at or after ``start`` where a key's first characters stand, or
+    could begin (a tail of ``text`` that is a prefix of them)."""
+    best: int | None = None
+    for secret in secrets:
+        head = secret[:TRIGGER_CHARS]
+        found = text.find(head, start)
+        if found < 0:  # a key's beginning cut off by the end of the text
+            for at in range(max(start, len(text) - len(head) + 1), len(text)):
+                if head.startswith(text[at:]):
+                    found = at
                     break
-        return best
+        if found >= 0 and (best is None or found < best):
+            best = found
+    return best
 
 
 class StreamGuard:

@@ -35,6 +35,7 @@ from rest_framework.authtoken.models import Token
 from llm_routing import budgets, recorder, router
 from llm_routing.asgi import get_asgi_application
 from llm_routing.models import Budget, RoutingDecision
+from llm_routing.sanitize import TRIGGER_CHARS, KeyGuard
 from llm_routing.signals import request_routed
 from llm_routing.types import (
     AuditRequest,
@@ -437,6 +438,56 @@ def test_the_router_stream_filters_tool_call_fragments_on_both_drivers(
     assert all(KEY not in (d.id or "") for d in deltas)
     assert isinstance(events[-1], StreamResult)
     assert KEY not in repr(events)
+
+
+def _frames(guard: KeyGuard, chunks: list[str]) -> list[int]:
+    """The length of each piece the filter lets go, chunk by chunk, then at the end."""
+    return [len(guard.feed(c)) for c in chunks] + [len(guard.flush())]
+
+
+@pytest.mark.parametrize("chunks", [["{guess}", "ZZZZ"], ["say {guess}", " and more text", "."]])
+def test_the_stream_filter_tells_nothing_of_a_key_by_when_it_lets_text_go(
+    chunks: list[str],
+) -> None:
+    """An attacker who makes the upstream echo a guess must not learn, from where the
+    frames break, whether the guess is a prefix of the key (an oracle that recovered a
+    key a character at a time): a right and a wrong guess of the same length go out in
+    the same pieces. Only the key's first characters (TRIGGER_CHARS) make text wait."""
+    for known in range(TRIGGER_CHARS, len(KEY) - 1):  # a whole key is redacted, not a guess
+        right = KEY[: known + 1]
+        wrong = KEY[:known] + ("X" if KEY[known] != "X" else "Y")
+        shapes = [
+            _frames(KeyGuard([KEY]), [c.format(guess=guess) for c in chunks])
+            for guess in (right, wrong)
+        ]
+        assert shapes[0] == shapes[1], (known, shapes)
+
+
+def test_the_stream_filter_still_redacts_a_key_split_anywhere() -> None:
+    text = f"before {KEY} between {KEY}{KEY} after"
+    for size in (1, 2, 3, 5, 7, 31, 32, 33):
+        guard = KeyGuard([KEY])
+        pieces = [text[i : i + size] for i in range(0, len(text), size)]
+        out = "".join(guard.feed(p) for p in pieces) + guard.flush()
+        assert out == text.replace(KEY, "[redacted]"), size
+    plain = KeyGuard([KEY])
+    assert plain.feed("ordinary text ") == "ordinary text "  # nothing held back
+
+
+@pytest.mark.django_db
+def test_the_router_stream_breaks_frames_alike_for_a_right_and_a_wrong_guess(
+    openai_chain: Any, fake_upstream: FakeUpstream
+) -> None:
+    """Through the router's stream (the fake upstream sends a word a chunk)."""
+    shapes = []
+    for guess in (KEY[:12], KEY[:11] + "X"):
+        fake_upstream.script("openai", Faults.stream(text=f"{guess} ZZZZ ZZZZ"))
+        request = AuditRequest(
+            task="t", messages=(Message(role="user", content="hi"),), stream=True
+        )
+        events = list(router.route_stream(request))
+        shapes.append([len(e.text) for e in events if isinstance(e, StreamChunk)])
+    assert shapes[0] == shapes[1]
 
 
 # --- item 3: one availability decision, one failure policy ---------------------------------
