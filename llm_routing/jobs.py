@@ -66,6 +66,7 @@ logger = logging.getLogger("llm_routing.jobs")
 #: The request fields a job keeps until it has run (never ``async`` / ``stream``).
 PAYLOAD_FIELDS = (
     "task",
+    "chain",
     "instructions",
     "input_text",
     "provider",

@@ -142,3 +142,16 @@ def test_async_and_stream_together_are_refused(alice: Any) -> None:
     assert response.status_code == 400
     assert response.json() == {"async": ["Use either stream or async, not both."]}
     assert not AuditJob.objects.exists()
+
+
+def test_async_keeps_the_named_chain(alice: Any) -> None:
+    """``chain`` travels with the job: the job routes through the chain the caller
+    named, as the synchronous request does (it used to run on the default chain)."""
+    from tests.conftest import make_chain, make_provider
+
+    make_chain("other", [make_provider("m2", kind="mock", model="")])
+    client = _client(alice)
+    job = client.post("/audit/", {**BODY, "chain": "other"}, format="json").json()
+    data = client.get(job["status_url"]).json()
+    assert data["routing_metadata"]["chain_name"] == "other", data["routing_metadata"]
+    assert data["routing_metadata"]["router_mode"] == "chain"
