@@ -35,6 +35,7 @@ from .types import (
 
 __all__ = [
     "TRIGGER_CHARS",
+    "JsonEscapes",
     "KeyGuard",
     "StreamGuard",
     "redacted",
@@ -52,6 +53,19 @@ def _clean(value: Any, secrets: list[str]) -> Any:
     if isinstance(value, list | tuple):
         return [_clean(v, secrets) for v in value]
     return value
+
+
+def _scrub_json_text(text: str, secrets: list[str]) -> str:
+    """JSON carried as text (a tool call's arguments) with key values scrubbed however
+    the upstream spelled them: as written, and as a JSON decoder reads them (``\\u``
+    escapes); re-encoded only when a decoded value held a key."""
+    text = scrub(text, secrets)
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return text
+    cleaned = _clean(value, secrets)
+    return text if cleaned == value else json.dumps(cleaned, ensure_ascii=False)
 
 
 def _input_echoes(request: AuditRequest) -> list[str]:
@@ -85,7 +99,7 @@ def sanitized(result: ProviderResult, request: AuditRequest) -> ProviderResult:
                 call,
                 id=scrub(call.id, secrets),
                 name=scrub(call.name, secrets),
-                arguments=scrub(call.arguments, secrets),
+                arguments=_scrub_json_text(call.arguments, secrets),
             )
             for call in result.tool_calls
         ),
@@ -161,6 +175,73 @@ def _trigger(text: str, start: int, secrets: list[str]) -> int | None:
     return best
 
 
+class JsonEscapes:
+    """Streamed JSON text (tool-call arguments, in fragments) with its ``\\u`` and
+    ``\\/`` escapes written as the characters they stand for, wherever that character
+    may stand raw in a JSON string (not a quote, a backslash, a control character or a
+    lone surrogate): the text means the same to any JSON decoder, and the key filter
+    behind it sees a key however the upstream spelled it. An escape cut by a fragment's
+    end waits for the next fragment."""
+
+    def __init__(self) -> None:
+        self.pending = ""
+
+    def feed(self, text: str) -> str:
+        s, out, i = self.pending + text, [], 0
+        while i < len(s):
+            slash = s.find("\\", i)
+            if slash < 0:
+                out.append(s[i:])
+                i = len(s)
+                break
+            out.append(s[i:slash])
+            i = slash
+            size, char = _escape_at(s, i)
+            if size == 0:  # cut by the fragment's end
+                break
+            out.append(char if char is not None else s[i : i + size])
+            i += size
+        self.pending = s[i:]
+        return "".join(out)
+
+    def flush(self) -> str:
+        rest, self.pending = self.pending, ""
+        return rest
+
+
+def _hex4(text: str) -> int | None:
+    if len(text) == 4 and all(c in "0123456789abcdefABCDEF" for c in text):
+        return int(text, 16)
+    return None
+
+
+def _escape_at(s: str, i: int) -> tuple[int, str | None]:
+    """The escape starting at ``s[i]`` (a backslash): its length and the character to
+    write instead (None: keep it as written); length 0 when the text ends inside it."""
+    if i + 1 >= len(s):
+        return 0, None
+    kind = s[i + 1]
+    if kind == "/":
+        return 2, "/"
+    if kind != "u":
+        return 2, None
+    if i + 6 > len(s):
+        return 0, None
+    code = _hex4(s[i + 2 : i + 6])
+    if code is None:
+        return 2, None
+    if 0xD800 <= code < 0xDC00:  # a high surrogate: the pair makes one character
+        if i + 12 > len(s) and "\\u".startswith(s[i + 6 : i + 8]):
+            return 0, None  # its low half may come with the next fragment
+        low = _hex4(s[i + 8 : i + 12]) if s[i + 6 : i + 8] == "\\u" else None
+        if low is not None and 0xDC00 <= low < 0xE000:
+            return 12, chr(0x10000 + ((code - 0xD800) << 10) + (low - 0xDC00))
+        return 6, None
+    if code < 0x20 or chr(code) in '"\\' or 0xDC00 <= code < 0xE000:
+        return 6, None
+    return 6, chr(code)
+
+
 class StreamGuard:
     """The one key filter for everything a stream hands its caller (every face, both
     drivers: the router's stream core emits nothing that has not passed it).
@@ -179,6 +260,7 @@ class StreamGuard:
         self.secrets: list[str] = known_key_values()
         self.text = KeyGuard(self.secrets)
         self.arguments: dict[int, KeyGuard] = {}
+        self.escapes: dict[int, JsonEscapes] = {}
 
     def _current(self) -> list[str]:
         values = known_key_values()
@@ -193,7 +275,8 @@ class StreamGuard:
         delta = chunk.tool_call
         if delta is not None:
             guard = self.arguments.setdefault(delta.index, KeyGuard(secrets))
-            arguments = guard.feed(delta.arguments)
+            escapes = self.escapes.setdefault(delta.index, JsonEscapes())
+            arguments = guard.feed(escapes.feed(delta.arguments))
             if not arguments and delta.id is None and delta.name is None:
                 return None
             clean = ToolCallDelta(
@@ -215,7 +298,8 @@ class StreamGuard:
         if rest := self.text.flush():
             out.append(StreamChunk(rest, provider=provider, model=model))
         for index in sorted(self.arguments):
-            if rest := self.arguments[index].flush():
+            guard = self.arguments[index]
+            if rest := guard.feed(self.escapes[index].flush()) + guard.flush():
                 delta = ToolCallDelta(index=index, arguments=rest)
                 out.append(StreamChunk("", provider=provider, model=model, tool_call=delta))
         return out

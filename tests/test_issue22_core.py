@@ -45,7 +45,7 @@ from llm_routing.types import (
     StreamResult,
     Tool,
 )
-from tests.fakes.upstream import FakeUpstream, Fault, Faults
+from tests.fakes.upstream import FakeUpstream, Fault, Faults, JSONText
 
 KEY = "sk-issue22-core-0123456789abcdef"
 SURROGATE = "\ud800"
@@ -490,6 +490,58 @@ def test_the_router_stream_breaks_frames_alike_for_a_right_and_a_wrong_guess(
     assert shapes[0] == shapes[1]
 
 
+def _escaped(text: str) -> str:
+    return "".join(f"\\u{ord(ch):04x}" for ch in text)
+
+
+#: The key written with JSON ``\\u`` escapes: a client's JSON decoder reads the key.
+ESCAPED_ARGUMENTS = JSONText('{"token": "' + _escaped(KEY) + '", "q": "x"}')
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+def test_a_key_spelled_with_json_escapes_in_tool_call_arguments_never_leaves(
+    openai_chain: Any, fake_upstream: FakeUpstream, stream: bool
+) -> None:
+    fake_upstream.script(
+        "openai", Fault(tool_calls=[{"name": "lookup", "arguments": ESCAPED_ARGUMENTS}])
+    )
+    request = AuditRequest(
+        task="t",
+        messages=(Message(role="user", content="hi"),),
+        tools=(Tool(name="lookup", parameters={"type": "object"}),),
+        stream=stream,
+    )
+    if stream:
+        events = list(router.route_stream(request))
+        deltas = [e.tool_call for e in events if isinstance(e, StreamChunk) and e.tool_call]
+        arguments = "".join(d.arguments for d in deltas)
+        final = events[-1]
+        assert isinstance(final, StreamResult)
+        whole = final.routed.result.tool_calls[0].arguments
+    else:
+        routed = router.route(request)
+        arguments = whole = routed.result.tool_calls[0].arguments
+    for text in (arguments, whole):
+        assert json.loads(text) == {"token": "[redacted]", "q": "x"}, text
+
+
+@pytest.mark.django_db
+def test_the_messages_face_never_decodes_an_escaped_key_into_its_answer(
+    openai_chain: Any, fake_upstream: FakeUpstream, api: Any
+) -> None:
+    fake_upstream.script(
+        "openai", Fault(tool_calls=[{"name": "lookup", "arguments": ESCAPED_ARGUMENTS}])
+    )
+    tools = [{"name": "lookup", "input_schema": {"type": "object"}}]
+    said = [{"role": "user", "content": "hi"}]
+    body = {"model": "default", "max_tokens": 64, "messages": said, "tools": tools}
+    response = api.post("/v1/messages", body, format="json")
+    assert response.status_code == 200, response.content
+    assert KEY not in response.content.decode()
+    assert KEY not in json.dumps(response.json())
+
+
 # --- item 3: one availability decision, one failure policy ---------------------------------
 
 
@@ -547,3 +599,18 @@ def test_the_failure_policy_is_carried_by_the_error() -> None:
     odd = errors.UnavailableError()
     odd.advances = False
     assert odd.to_info().advances is False
+
+
+def test_json_escapes_decode_to_the_same_json_however_the_fragments_fall() -> None:
+    """What the arguments' escape decoding writes means the same to a JSON decoder: a
+    quote, a backslash, a control character and a lone surrogate stay escaped; a pair
+    becomes its character; an escaped backslash is never taken for an escape."""
+    from llm_routing.sanitize import JsonEscapes
+
+    source = '{"a": "\\u0073k-\\ud83d\\ude00 \\\\u0041 \\u0022 \\/ \\n \\udc00 \\ud800x"}'
+    for size in range(1, 14):
+        escapes = JsonEscapes()
+        pieces = [source[i : i + size] for i in range(0, len(source), size)]
+        out = "".join(escapes.feed(p) for p in pieces) + escapes.flush()
+        assert json.loads(out) == json.loads(source), (size, out)
+        assert "sk-\U0001f600" in out and "\\u0022" in out and "\\\\u0041" in out

@@ -409,14 +409,27 @@ _ID_PREFIX = {"openai": "call_fake", "anthropic": "toolu_fake", "gemini": "fc_fa
 
 def _gemini_call(call: dict[str, Any]) -> dict[str, Any]:
     """Gemini's functionCall part (the id only when scripted: Gemini often omits it)."""
-    function: dict[str, Any] = {"name": call["name"], "args": call["arguments"]}
+    function: dict[str, Any] = {"name": call["name"], "args": _arguments_value(call["arguments"])}
     if call["explicit_id"]:
         function["id"] = call["id"]
     return {"functionCall": function}
 
 
+class JSONText(str):
+    """Scripted tool-call ``arguments`` sent exactly as written (an upstream may spell
+    its JSON with ``\\u`` escapes); any other value goes out as ``json.dumps`` writes it."""
+
+
+def _arguments_text(arguments: Any) -> str:
+    return str(arguments) if isinstance(arguments, JSONText) else json.dumps(arguments)
+
+
+def _arguments_value(arguments: Any) -> Any:
+    return json.loads(arguments) if isinstance(arguments, JSONText) else arguments
+
+
 def _fragments(arguments: Any) -> list[str]:
-    text = json.dumps(arguments)
+    text = _arguments_text(arguments)
     return [text[i : i + ARGUMENT_FRAGMENT] for i in range(0, len(text), ARGUMENT_FRAGMENT)]
 
 
@@ -439,7 +452,7 @@ def _openai_ok(body: dict[str, Any], calls: ToolCalls | None = None) -> dict[str
                                 "type": "function",
                                 "function": {
                                     "name": c["name"],
-                                    "arguments": json.dumps(c["arguments"]),
+                                    "arguments": _arguments_text(c["arguments"]),
                                 },
                             }
                             for c in calls
@@ -471,7 +484,12 @@ def _anthropic_ok(body: dict[str, Any], calls: ToolCalls | None = None) -> dict[
     tools = [t for t in body.get("tools") or [] if t["name"] == "structured_output"]
     if calls:
         content: list[dict[str, Any]] = [
-            {"type": "tool_use", "id": c["id"], "name": c["name"], "input": c["arguments"]}
+            {
+                "type": "tool_use",
+                "id": c["id"],
+                "name": c["name"],
+                "input": _arguments_value(c["arguments"]),
+            }
             for c in calls
         ]
         stop = "tool_use"
