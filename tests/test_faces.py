@@ -674,3 +674,18 @@ def test_a_stream_the_client_leaves_is_recorded_when_the_response_closes(
     request_id = response.headers["X-Request-ID"]
     assert RoutingDecision.objects.filter(request_id=request_id).count() == 1
     del kept
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/v1/messages", {"max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]}),
+        ("/v1/messages/count_tokens", {"messages": [{"role": "user", "content": "hi"}]}),
+        ("/v1/responses", {"input": "hi"}),
+    ],
+)
+@pytest.mark.parametrize("model", [5, 1.5, True])
+def test_a_model_that_is_not_a_string_is_a_400_naming_it(path, body, model, post):
+    """Strict types on every face, as on chat: a number is not coerced to a name."""
+    answer = post(path, {**body, "model": model}, status=400)
+    assert "model" in json.dumps(answer)

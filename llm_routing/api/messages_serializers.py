@@ -45,7 +45,7 @@ from .chat_serializers import (
     tool_objects,
 )
 from .faces import select_model
-from .serializers import output_tokens_within_limit
+from .serializers import model_name_field, output_tokens_within_limit
 
 __all__ = [
     "MessagesRequestSerializer",
@@ -482,7 +482,7 @@ class TokenCountRequestSerializer(serializers.Serializer):
     #: Parameters accepted (validated) and dropped: counting needs only the text.
     COUNT_ONLY: frozenset[str] = frozenset()
 
-    model = serializers.RegexField(r"^[-a-zA-Z0-9_.:]+$", max_length=64)
+    model = model_name_field()
     messages = AnthropicMessagesField()
     system = SystemField(required=False, allow_null=True)
     tools = AnthropicToolsField(required=False, allow_null=True)

@@ -61,7 +61,11 @@ from .chat_serializers import (
 from .problems import flatten, routed_problem, routing_headers
 from .reuse import reused
 from .schema_docs import CHAT_COMPLETIONS, MODELS
-from .serializers import StrictRegexField, ToolCallSerializer, output_tokens_within_limit
+from .serializers import (
+    ToolCallSerializer,
+    model_name_field,
+    output_tokens_within_limit,
+)
 from .sse import (
     EventFrames,
     SSENegotiationMixin,
@@ -159,11 +163,7 @@ class ChatCompletionRequestSerializer(SamplingSerializer):
     An unknown top-level parameter is a 400 naming it; the parameters listed in
     :data:`NEUTRAL_VALUES` are accepted only with their neutral value."""
 
-    model = StrictRegexField(
-        r"^[-a-zA-Z0-9_.:]+$",
-        max_length=64,
-        error_messages={"invalid": "Enter a model name: letters, digits, '-', '_', '.', ':'."},
-    )
+    model = model_name_field()
     messages = MessagesField()
     tools = ToolsField(required=False, allow_null=True)
     tool_choice = ToolChoiceField(required=False, allow_null=True)

@@ -49,7 +49,7 @@ from .chat_serializers import (
 )
 from .faces import select_model
 from .problems import UNKNOWN_PARAMETER
-from .serializers import StrictStringMapField, output_tokens_within_limit
+from .serializers import StrictStringMapField, model_name_field, output_tokens_within_limit
 
 __all__ = ["BUILTIN_TOOLS", "NEUTRAL_VALUES", "STATELESS", "ResponsesRequestSerializer"]
 
@@ -446,7 +446,7 @@ def _refuse_unknown(data: Any, known: Any, prefix: str) -> None:
 class ResponsesRequestSerializer(serializers.Serializer):
     """The body of ``POST /v1/responses``: the Responses parameters, strictly typed."""
 
-    model = serializers.RegexField(r"^[-a-zA-Z0-9_.:]+$", max_length=64)
+    model = model_name_field()
     input = InputField()
     instructions = StrictCharField(
         required=False, allow_null=True, allow_blank=True, trim_whitespace=False

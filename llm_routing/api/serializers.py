@@ -68,6 +68,16 @@ class StrictRegexField(serializers.RegexField):
         return str(super().to_internal_value(data))
 
 
+def model_name_field() -> StrictRegexField:
+    """The ``model`` of every ``/v1`` face: a string (never a coerced number) naming a
+    chain, route or provider."""
+    return StrictRegexField(
+        r"^[-a-zA-Z0-9_.:]+$",
+        max_length=64,
+        error_messages={"invalid": "Enter a model name: letters, digits, '-', '_', '.', ':'."},
+    )
+
+
 @extend_schema_field({"type": "object", "additionalProperties": {"type": "string"}})
 class StrictStringMapField(serializers.Field):
     """A flat ``{str: str}`` object with bounded size; no coercion of numbers."""
