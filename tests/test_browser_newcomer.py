@@ -116,7 +116,9 @@ def test_explain_empty_then_filled(admin_page: Any, scripted: Any, key_env: str)
     assert page.input_value("#id_task") == ""
     assert page.locator("label[for=id_force_provider]").inner_text() != "force_provider"
     page.click("input[value=Explain]")  # empty: the browser and the page say what is missing
-    assert page.locator(".llmr-empty").is_visible()
+    page.wait_for_url("**/explain/?*")  # the submitted page, not the one being left
+    empty = page.wait_for_selector(".llmr-empty", state="visible")
+    assert empty is not None and "Correct the field above" in empty.inner_text()
     shot(page, "explain-empty", "#content")
     page.fill("#id_task", "summarize")
     page.select_option("#id_chain", "main")
