@@ -657,6 +657,7 @@ def test_models_lists_the_faces_each_name_serves(api, fake_upstream):
         assert listed[name]["faces"] == ["/v1/chat/completions", "/v1/responses", "/v1/messages"]
 
 
+@pytest.mark.django_db(transaction=True)  # the decision is committed, as on a server
 def test_a_stream_the_client_leaves_is_recorded_when_the_response_closes(
     face, fake_upstream, api, key_env
 ):
@@ -670,7 +671,7 @@ def test_a_stream_the_client_leaves_is_recorded_when_the_response_closes(
     assert response.status_code == 200
     kept = response.streaming_content  # the server holds the body while it sends
     next(iter(kept))  # the first frame went out; then the client leaves
-    response.close()
+    response.close()  # as the server does when the client has gone
     request_id = response.headers["X-Request-ID"]
     assert RoutingDecision.objects.filter(request_id=request_id).count() == 1
     del kept
