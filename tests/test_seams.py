@@ -257,6 +257,22 @@ def test_w027_a_marker_asgiref_no_longer_reads_is_caught(
     assert asyncio.run(on_a_loop()) is False
 
 
+def test_w027_first_probed_on_an_event_loop_still_finds_the_marker() -> None:
+    """A uvicorn worker builds its URLconf at its first request, on its event loop, so
+    the probe first runs there: it must not read "on a loop" as "outside one" (it did,
+    and every API view of the shipped server served its sync face: a client that left
+    a stream no longer closed the upstream request)."""
+    from llm_routing.api.views import AuditView
+
+    async def first_request() -> bool:
+        seams.reset()
+        return isinstance(AuditView.as_view(), api_base.ServerMatchedView)
+
+    assert asyncio.run(first_request())
+    assert seams.broken("W027") is None
+    assert not warned("W027")
+
+
 # --- providers/base.py: W028 -------------------------------------------------------------
 
 

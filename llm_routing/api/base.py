@@ -119,14 +119,16 @@ def _probe_marker() -> str | None:
     def sync_face(request: HttpRequest) -> None: ...
 
     view = ServerMatchedView(sync_face, sync_face)
-    if iscoroutinefunction(view):
-        return "the view reads as a coroutine function outside an event loop"
 
     async def on_a_loop() -> bool:
         return iscoroutinefunction(view)
 
-    # A thread of its own: the probe may first run on a server's event loop.
+    # Both questions in a thread of their own: the probe may first run on a server's
+    # event loop (a worker builds its URLconf at its first request), where "outside an
+    # event loop" would read as inside one.
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        if pool.submit(iscoroutinefunction, view).result():
+            return "the view reads as a coroutine function outside an event loop"
         if not pool.submit(asyncio.run, on_a_loop()).result():
             return "the view does not read as a coroutine function on an event loop"
     return None
