@@ -684,6 +684,8 @@ def test_a_failing_breaker_lets_the_call_through_on_both_drivers(
         for drive in _drivers():
             assert drive(_ask(effect)) is True
     logged = [r.getMessage() for r in caplog.records if "routing goes on" in r.getMessage()]
-    assert logged == ["Allow failed (RuntimeError); routing goes on without it."] * 2 + [
-        "PeekCircuit failed (RuntimeError); routing goes on without it."
-    ] * 2
+    assert (
+        logged
+        == ["Allow failed (RuntimeError); routing goes on without it."] * 2
+        + ["PeekCircuit failed (RuntimeError); routing goes on without it."] * 2
+    )
