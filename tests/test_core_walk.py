@@ -883,3 +883,55 @@ def test_explain_never_says_unknown_to_a_caller_who_may_not_force(
     assert [(c.provider, c.verdict, c.reason) for c in seen.candidates] == [
         ("ghost", "skip", "not_allowed")
     ]
+
+
+# --- a walk that raises where nothing should: still one exit, as an error -----------------
+
+
+@pytest.mark.django_db
+def test_a_walk_that_raises_ends_as_an_error_named_after_the_last_attempt(
+    chain: type[ScriptedProvider], caplog: pytest.LogCaptureFixture
+) -> None:
+    """An adapter bug past the retry layer (here: a result whose tool call is no
+    ToolCall, which the key filter cannot read): the request still ends through the one
+    exit, as an error result naming the last attempted provider, recorded and logged
+    with its traceback — never an exception to the caller."""
+    chain.scripts["a"] = [UnavailableError(http_status=503)]
+    broken = ProviderResult(
+        provider="b", model="b-model", mode="live", status="ok", tool_calls=("not a call",)
+    )  # type: ignore[arg-type]
+    chain.scripts["b"] = [broken]
+    caplog.set_level(logging.ERROR, logger="llm_routing.router")
+    request_id = "0f1e2d3c-4b5a-4978-8796-a5b4c3d2e1f0"
+    routed = route(REQUEST, request_id=request_id, sleeper=Sleeps())
+    result = routed.result
+    assert (result.provider, result.model, result.mode, result.status) == (
+        "a",
+        "a-model",
+        "error",
+        "error",
+    )
+    assert result.error is not None and result.error.category == "response"
+    assert result.error.message == "The router failed unexpectedly (AttributeError)."
+    [record] = [r for r in caplog.records if "failed unexpectedly" in r.getMessage()]
+    assert record.getMessage() == (
+        f"Routing request {request_id} failed unexpectedly (AttributeError); recorded as an error."
+    )
+    assert record.exc_info is not None and record.exc_info[0] is AttributeError
+    decision = RoutingDecision.objects.get()
+    assert (str(decision.request_id), decision.selected_provider) == (request_id, "a")
+    assert decision.status == "error"
+
+
+@pytest.mark.django_db
+def test_a_walk_that_raises_before_any_attempt_names_no_provider(
+    chain: type[ScriptedProvider],
+) -> None:
+    broken = ProviderResult(
+        provider="a", model="a-model", mode="live", status="ok", tool_calls=("not a call",)
+    )  # type: ignore[arg-type]
+    chain.scripts["a"] = [broken]
+    result = route(REQUEST, sleeper=Sleeps()).result
+    assert (result.provider, result.model, result.status) == ("", "", "error")
+    assert result.error is not None
+    assert result.error.message == "The router failed unexpectedly (AttributeError)."
