@@ -29,7 +29,7 @@ from llm_routing.providers import registry
 from llm_routing.providers.mock import MockProvider
 from llm_routing.resilience import breaker
 from llm_routing.router import explain, resolve, route, route_stream
-from llm_routing.signals import after_provider_result, before_provider_call
+from llm_routing.signals import after_provider_result, before_provider_call, request_routed
 from llm_routing.types import (
     AuditRequest,
     Principal,
@@ -43,6 +43,7 @@ from llm_routing.types import (
     StreamToolCallDelta,
     ToolCall,
     ToolCallDelta,
+    Usage,
 )
 
 from .breaker_support import FakeClock
@@ -935,3 +936,52 @@ def test_a_walk_that_raises_before_any_attempt_names_no_provider(
     assert (result.provider, result.model, result.status) == ("", "", "error")
     assert result.error is not None
     assert result.error.message == "The router failed unexpectedly (AttributeError)."
+
+
+# --- a stream's end: what is held back, and the usage of a stream cut after its end ------
+
+
+@pytest.mark.django_db
+def test_held_tool_call_arguments_are_delivered_at_the_end_and_assembled(
+    chain: type[ScriptedProvider], key_env: str
+) -> None:
+    """Arguments that end on text that could begin a key are held back until the end,
+    then delivered as the call's last fragment and assembled into the result."""
+    first = ToolCallDelta(index=0, id="call_1", name="lookup", arguments='{"q": "')
+    tail = ToolCallDelta(index=0, arguments=key_env[:6])
+    chain.streams["a"] = [[StreamToolCallDelta(first), StreamToolCallDelta(tail), "END"]]
+    chunks, last = stream(REQUEST)
+    fragments = [c.tool_call for c in chunks if c.tool_call is not None]
+    assert fragments[-1] == ToolCallDelta(index=0, arguments=key_env[:6])
+    assert (chunks[-1].provider, chunks[-1].model) == ("a", "a-model")
+    assert isinstance(last, StreamResult)
+    [call] = last.routed.result.tool_calls
+    assert (call.id, call.name, call.arguments) == ("call_1", "lookup", '{"q": "' + key_env[:6])
+
+
+@pytest.mark.django_db
+def test_a_client_leaving_after_the_end_event_is_charged_the_reported_usage(
+    chain: type[ScriptedProvider], key_env: str
+) -> None:
+    """The upstream finished and reported its usage; the client left while the held
+    tail was being delivered: the attempt still carries that usage (it is charged)."""
+    usage = Usage(input_tokens=7, output_tokens=5)
+    chain.streams["a"] = [["answer ", key_env[:6], StreamEnd(finish_reason="stop", usage=usage)]]
+    routed: list[Any] = []
+
+    def receiver(sender: Any, **kwargs: Any) -> None:
+        routed.append(kwargs["routed"])
+
+    request_routed.connect(receiver)
+    try:
+        events: Any = route_stream(replace(REQUEST, stream=True), sleeper=Sleeps())
+        assert next(events).text == "answer "
+        held = next(events)  # delivered once the end event was read
+        assert held.text == key_env[:6]
+        events.close()  # the client went away
+    finally:
+        request_routed.disconnect(receiver)
+    [decision] = routed
+    attempt = decision.metadata.attempts[-1]
+    assert (attempt.provider, attempt.usage) == ("a", usage)
+    assert decision.result.status == "error"
