@@ -985,3 +985,25 @@ def test_a_client_leaving_after_the_end_event_is_charged_the_reported_usage(
     attempt = decision.metadata.attempts[-1]
     assert (attempt.provider, attempt.usage) == ("a", usage)
     assert decision.result.status == "error"
+
+
+@pytest.mark.django_db
+def test_explain_reads_the_circuit_of_a_chain_entrys_model_override(
+    scripted: type[ScriptedProvider], key_env: str, clock: FakeClock
+) -> None:
+    """A chain entry that overrides the model is its own circuit: explain reads that
+    one (open here), not the row model's (closed)."""
+    from llm_routing.models import ChainEntry
+
+    a = make_provider("a")
+    chain = Chain.objects.create(name="main", is_default=True)
+    ChainEntry.objects.create(chain=chain, provider=a, position=0, model="a-large")
+    breaker.store.force_open("a", "a-large", 30.0)
+    [first, *_rest] = explain(REQUEST).candidates
+    assert (first.provider, first.model, first.verdict, first.reason, first.circuit) == (
+        "a",
+        "a-large",
+        "skip",
+        "circuit_open",
+        "open",
+    )
