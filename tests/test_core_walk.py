@@ -1007,3 +1007,22 @@ def test_explain_reads_the_circuit_of_a_chain_entrys_model_override(
         "circuit_open",
         "open",
     )
+
+
+@pytest.mark.django_db
+def test_a_cut_stream_with_only_the_backstop_left_keeps_its_own_failure(
+    scripted: type[ScriptedProvider], key_env: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Continuation mode, the served provider cut mid-stream and only the mock left:
+    the mock cannot continue (no prefill), so the caller gets the original failure —
+    an ordinary outcome, not logged as the router failing."""
+    caplog.set_level(logging.INFO, logger="llm_routing.router")
+    a = make_provider("a", supports_streaming=True, max_retries=0)
+    make_chain("main", [a], is_default=True)
+    scripted.streams["a"] = [["Once ", NetworkError("reset")]]
+    chunks, last = stream(REQUEST, "continuation")
+    assert [c.text for c in chunks] == ["Once "]
+    assert isinstance(last, StreamFailure) and last.partial is True
+    assert last.error.category == "network"
+    assert [c[0] for c in scripted.calls] == ["a"]
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
