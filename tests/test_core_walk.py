@@ -36,6 +36,7 @@ from llm_routing.types import (
     ProviderConfig,
     ProviderResult,
     StreamChunk,
+    StreamDelta,
     StreamEnd,
     StreamEvent,
     StreamFailure,
@@ -1026,3 +1027,44 @@ def test_a_cut_stream_with_only_the_backstop_left_keeps_its_own_failure(
     assert last.error.category == "network"
     assert [c[0] for c in scripted.calls] == ["a"]
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+class EventfulProvider(ScriptedProvider):
+    """Streams text around an event the router does not know (a keep-alive, say),
+    then its end; notes when the router closes its stream."""
+
+    kind: ClassVar[str] = "scripted_eventful"
+    closed: ClassVar[list[str]] = []
+
+    def stream(
+        self, request: AuditRequest, *, api_key: str | None, timeout: float
+    ) -> Iterator[StreamEvent]:
+        try:
+            yield StreamDelta("Once ")
+            yield object()  # type: ignore[misc]
+            yield StreamDelta("upon a time.")
+            yield StreamEnd(finish_reason="stop")
+            yield StreamDelta(" (past the end)")
+        finally:
+            type(self).closed.append(self.config.name)
+
+
+@pytest.mark.django_db
+def test_a_stream_skips_events_it_does_not_know_and_is_closed_at_its_end(
+    scripted: type[ScriptedProvider], key_env: str
+) -> None:
+    registry.register(EventfulProvider.kind, EventfulProvider)
+    EventfulProvider.closed = []
+    a = make_provider("a", kind=EventfulProvider.kind, supports_streaming=True)
+    make_chain("main", [a], is_default=True)
+    events: Any = route_stream(replace(REQUEST, stream=True), sleeper=Sleeps())
+    chunks = []
+    for event in events:
+        if not isinstance(event, StreamChunk):
+            final = event
+            assert EventfulProvider.closed == ["a"]  # closed before the final event
+            break
+        chunks.append(event.text)
+    assert chunks == ["Once ", "upon a time."]
+    assert isinstance(final, StreamResult)
+    assert final.routed.result.output == "Once upon a time."
