@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import logging
+import shutil
 from collections.abc import Generator
 from dataclasses import replace
 from typing import Any
@@ -12,14 +14,18 @@ import pytest
 from django.core.exceptions import ImproperlyConfigured
 from django.test import override_settings
 
+from llm_routing import effects
+from llm_routing.effects import Effect
 from llm_routing.errors import AuthenticationError, RateLimitError
 from llm_routing.resilience import breaker
 from llm_routing.resilience.breaker import (
     CLOSED,
     HALF_OPEN,
     OPEN,
+    Allow,
     Circuit,
     CircuitStore,
+    PeekCircuit,
     Policy,
     on_failure,
     on_success,
@@ -554,3 +560,132 @@ def test_a_success_on_a_healthy_circuit_costs_one_cache_read(clock: FakeClock) -
     # A failure never takes the shortcut: it reads, counts and writes.
     assert _ops_of(store, store._allow(CONFIG)) == ["get"]
     assert _ops_of(store, store._observe(CONFIG, result(False), probe=False)) == ["get", "set"]
+
+
+# --- the async cache path and the breaker's effects ------------------------------------------
+# Each branch of CircuitStore._acache_call against a real backend: LocMem (inline), any
+# other Django backend (its async methods), Redis (redis.asyncio, a throwaway
+# redis-server), a failing one (process-local state); and the Allow / PeekCircuit
+# effects on both drivers.
+
+
+async def _atrip() -> None:
+    for _ in range(3):
+        assert await breaker.aallow(CONFIG)
+        await breaker.aobserve(CONFIG, result(False))
+
+
+def _shared_by_the_async_path(clock: FakeClock) -> None:
+    """Trip the circuit through the async path; another store (the sync path, as in
+    another worker) sees it open, then sees the probe slot the async path claimed."""
+    asyncio.run(_atrip())
+    assert not breaker.store.degraded
+    other_process = CircuitStore(clock=clock)
+    circuit = other_process.load("primary", "gpt-x")
+    assert circuit.phase(clock()) == OPEN and circuit.failures == 3
+    assert not other_process.allow(CONFIG)
+    clock.advance(1.0)
+    assert asyncio.run(breaker.aallow(CONFIG))  # the probe slot, claimed asynchronously
+    assert not other_process.allow(CONFIG)  # held in the shared cache
+    assert not breaker.store.degraded
+
+
+def test_the_async_path_keeps_circuits_in_the_shared_locmem_cache(clock: FakeClock) -> None:
+    _shared_by_the_async_path(clock)
+
+
+def test_the_async_path_uses_any_other_backends_async_methods(
+    clock: FakeClock, tmp_path: Any
+) -> None:
+    files = {"BACKEND": "django.core.cache.backends.filebased.FileBasedCache"}
+    with override_settings(
+        CACHES={
+            "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
+            "files": {**files, "LOCATION": str(tmp_path)},
+        },
+        LLM_ROUTING={"CACHE_ALIAS": "files"},
+    ):
+        _shared_by_the_async_path(clock)
+        from django.core.cache import caches
+
+        record = caches["files"].get(breaker._key("primary", "gpt-x"))
+        assert record is not None and record["state"] == OPEN
+
+
+@pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs redis-server")
+def test_the_async_path_talks_to_redis_through_redis_asyncio(clock: FakeClock) -> None:
+    from .test_cache_outage import OwnRedis
+
+    server = OwnRedis()  # a throwaway redis-server on a free port, never the shared one
+    server.start()
+    try:
+        with override_settings(LLM_ROUTING={"REDIS_URL": server.url}):
+            _shared_by_the_async_path(clock)
+    finally:
+        server.kill()
+
+
+@override_settings(
+    CACHES={
+        "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
+        "broken": {"BACKEND": "tests.breaker_support.BrokenCache"},
+    },
+    LLM_ROUTING={"CACHE_ALIAS": "broken"},
+)
+def test_the_async_path_falls_back_to_local_state_and_logs_the_error_type_once(
+    clock: FakeClock, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(BrokenCache, "broken", True)
+    BrokenCache._data.clear()
+    caplog.set_level(logging.WARNING, logger="llm_routing.breaker")
+    asyncio.run(_atrip())  # never raises
+    assert asyncio.run(breaker.aallow(CONFIG)) is False  # the local state protects
+    assert breaker.store.degraded
+    warnings = [r for r in caplog.records if "Circuit cache" in r.getMessage()]
+    assert len(warnings) == 1
+    assert "(ConnectionError)" in warnings[0].getMessage()
+    assert "s3cret" not in caplog.text
+
+
+def _ask(effect: Effect) -> Generator[Effect, Any, Any]:
+    """A core that asks for one effect and returns what it received."""
+    return (yield effect)
+
+
+def _drivers() -> list[Any]:
+    return [effects.run, lambda core: asyncio.run(effects.arun(core))]
+
+
+def test_peek_circuit_reads_the_circuit_on_both_drivers_without_claiming(
+    clock: FakeClock,
+) -> None:
+    trip()
+    for drive in _drivers():
+        assert drive(_ask(PeekCircuit(CONFIG))) is False  # open
+    clock.advance(1.0)
+    for drive in _drivers():
+        assert drive(_ask(PeekCircuit(CONFIG))) is True  # half-open, the slot free
+    assert breaker.allow(CONFIG) and breaker.is_probe(CONFIG)  # no peek took the slot
+    for drive in _drivers():
+        assert drive(_ask(PeekCircuit(CONFIG))) is False  # the probe is out
+
+
+def test_a_failing_breaker_lets_the_call_through_on_both_drivers(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Allow and PeekCircuit are quiet: whatever fails inside the breaker (here its
+    clock), the drivers log it and the candidate is tried (fail open)."""
+
+    def stopped() -> float:
+        raise RuntimeError("the clock stopped")
+
+    monkeypatch.setattr(breaker, "store", CircuitStore(clock=stopped))
+    for effect in (Allow(CONFIG), PeekCircuit(CONFIG)):
+        for drive in _drivers():
+            assert drive(_ask(effect)) is True
+    logged = [r.getMessage() for r in caplog.records if "routing goes on" in r.getMessage()]
+    assert (
+        logged
+        == ["Allow failed (RuntimeError); routing goes on without it."] * 2
+        + ["PeekCircuit failed (RuntimeError); routing goes on without it."] * 2
+    )

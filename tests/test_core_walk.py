@@ -29,13 +29,14 @@ from llm_routing.providers import registry
 from llm_routing.providers.mock import MockProvider
 from llm_routing.resilience import breaker
 from llm_routing.router import explain, resolve, route, route_stream
-from llm_routing.signals import after_provider_result, before_provider_call
+from llm_routing.signals import after_provider_result, before_provider_call, request_routed
 from llm_routing.types import (
     AuditRequest,
     Principal,
     ProviderConfig,
     ProviderResult,
     StreamChunk,
+    StreamDelta,
     StreamEnd,
     StreamEvent,
     StreamFailure,
@@ -43,6 +44,7 @@ from llm_routing.types import (
     StreamToolCallDelta,
     ToolCall,
     ToolCallDelta,
+    Usage,
 )
 
 from .breaker_support import FakeClock
@@ -883,3 +885,186 @@ def test_explain_never_says_unknown_to_a_caller_who_may_not_force(
     assert [(c.provider, c.verdict, c.reason) for c in seen.candidates] == [
         ("ghost", "skip", "not_allowed")
     ]
+
+
+# --- a walk that raises where nothing should: still one exit, as an error -----------------
+
+
+@pytest.mark.django_db
+def test_a_walk_that_raises_ends_as_an_error_named_after_the_last_attempt(
+    chain: type[ScriptedProvider], caplog: pytest.LogCaptureFixture
+) -> None:
+    """An adapter bug past the retry layer (here: a result whose tool call is no
+    ToolCall, which the key filter cannot read): the request still ends through the one
+    exit, as an error result naming the last attempted provider, recorded and logged
+    with its traceback — never an exception to the caller."""
+    chain.scripts["a"] = [UnavailableError(http_status=503)]
+    broken = ProviderResult(
+        provider="b", model="b-model", mode="live", status="ok", tool_calls=("not a call",)
+    )  # type: ignore[arg-type]
+    chain.scripts["b"] = [broken]
+    caplog.set_level(logging.ERROR, logger="llm_routing.router")
+    request_id = "0f1e2d3c-4b5a-4978-8796-a5b4c3d2e1f0"
+    routed = route(REQUEST, request_id=request_id, sleeper=Sleeps())
+    result = routed.result
+    assert (result.provider, result.model, result.mode, result.status) == (
+        "a",
+        "a-model",
+        "error",
+        "error",
+    )
+    assert result.error is not None and result.error.category == "response"
+    assert result.error.message == "The router failed unexpectedly (AttributeError)."
+    [record] = [r for r in caplog.records if "failed unexpectedly" in r.getMessage()]
+    assert record.getMessage() == (
+        f"Routing request {request_id} failed unexpectedly (AttributeError); recorded as an error."
+    )
+    assert record.exc_info is not None and record.exc_info[0] is AttributeError
+    decision = RoutingDecision.objects.get()
+    assert (str(decision.request_id), decision.selected_provider) == (request_id, "a")
+    assert decision.status == "error"
+
+
+@pytest.mark.django_db
+def test_a_walk_that_raises_before_any_attempt_names_no_provider(
+    chain: type[ScriptedProvider],
+) -> None:
+    broken = ProviderResult(
+        provider="a", model="a-model", mode="live", status="ok", tool_calls=("not a call",)
+    )  # type: ignore[arg-type]
+    chain.scripts["a"] = [broken]
+    result = route(REQUEST, sleeper=Sleeps()).result
+    assert (result.provider, result.model, result.status) == ("", "", "error")
+    assert result.error is not None
+    assert result.error.message == "The router failed unexpectedly (AttributeError)."
+
+
+# --- a stream's end: what is held back, and the usage of a stream cut after its end ------
+
+
+@pytest.mark.django_db
+def test_held_tool_call_arguments_are_delivered_at_the_end_and_assembled(
+    chain: type[ScriptedProvider], key_env: str
+) -> None:
+    """Arguments that end on text that could begin a key are held back until the end,
+    then delivered as the call's last fragment and assembled into the result."""
+    first = ToolCallDelta(index=0, id="call_1", name="lookup", arguments='{"q": "')
+    tail = ToolCallDelta(index=0, arguments=key_env[:6])
+    chain.streams["a"] = [[StreamToolCallDelta(first), StreamToolCallDelta(tail), "END"]]
+    chunks, last = stream(REQUEST)
+    fragments = [c.tool_call for c in chunks if c.tool_call is not None]
+    assert fragments[-1] == ToolCallDelta(index=0, arguments=key_env[:6])
+    assert (chunks[-1].provider, chunks[-1].model) == ("a", "a-model")
+    assert isinstance(last, StreamResult)
+    [call] = last.routed.result.tool_calls
+    assert (call.id, call.name, call.arguments) == ("call_1", "lookup", '{"q": "' + key_env[:6])
+
+
+@pytest.mark.django_db
+def test_a_client_leaving_after_the_end_event_is_charged_the_reported_usage(
+    chain: type[ScriptedProvider], key_env: str
+) -> None:
+    """The upstream finished and reported its usage; the client left while the held
+    tail was being delivered: the attempt still carries that usage (it is charged)."""
+    usage = Usage(input_tokens=7, output_tokens=5)
+    chain.streams["a"] = [["answer ", key_env[:6], StreamEnd(finish_reason="stop", usage=usage)]]
+    routed: list[Any] = []
+
+    def receiver(sender: Any, **kwargs: Any) -> None:
+        routed.append(kwargs["routed"])
+
+    request_routed.connect(receiver)
+    try:
+        events: Any = route_stream(replace(REQUEST, stream=True), sleeper=Sleeps())
+        assert next(events).text == "answer "
+        held = next(events)  # delivered once the end event was read
+        assert held.text == key_env[:6]
+        events.close()  # the client went away
+    finally:
+        request_routed.disconnect(receiver)
+    [decision] = routed
+    attempt = decision.metadata.attempts[-1]
+    assert (attempt.provider, attempt.usage) == ("a", usage)
+    assert decision.result.status == "error"
+
+
+@pytest.mark.django_db
+def test_explain_reads_the_circuit_of_a_chain_entrys_model_override(
+    scripted: type[ScriptedProvider], key_env: str, clock: FakeClock
+) -> None:
+    """A chain entry that overrides the model is its own circuit: explain reads that
+    one (open here), not the row model's (closed)."""
+    from llm_routing.models import ChainEntry
+
+    a = make_provider("a")
+    chain = Chain.objects.create(name="main", is_default=True)
+    ChainEntry.objects.create(chain=chain, provider=a, position=0, model="a-large")
+    breaker.store.force_open("a", "a-large", 30.0)
+    [first, *_rest] = explain(REQUEST).candidates
+    assert (first.provider, first.model, first.verdict, first.reason, first.circuit) == (
+        "a",
+        "a-large",
+        "skip",
+        "circuit_open",
+        "open",
+    )
+
+
+@pytest.mark.django_db
+def test_a_cut_stream_with_only_the_backstop_left_keeps_its_own_failure(
+    scripted: type[ScriptedProvider], key_env: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Continuation mode, the served provider cut mid-stream and only the mock left:
+    the mock cannot continue (no prefill), so the caller gets the original failure —
+    an ordinary outcome, not logged as the router failing."""
+    caplog.set_level(logging.INFO, logger="llm_routing.router")
+    a = make_provider("a", supports_streaming=True, max_retries=0)
+    make_chain("main", [a], is_default=True)
+    scripted.streams["a"] = [["Once ", NetworkError("reset")]]
+    chunks, last = stream(REQUEST, "continuation")
+    assert [c.text for c in chunks] == ["Once "]
+    assert isinstance(last, StreamFailure) and last.partial is True
+    assert last.error.category == "network"
+    assert [c[0] for c in scripted.calls] == ["a"]
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+class EventfulProvider(ScriptedProvider):
+    """Streams text around an event the router does not know (a keep-alive, say),
+    then its end; notes when the router closes its stream."""
+
+    kind: ClassVar[str] = "scripted_eventful"
+    closed: ClassVar[list[str]] = []
+
+    def stream(
+        self, request: AuditRequest, *, api_key: str | None, timeout: float
+    ) -> Iterator[StreamEvent]:
+        try:
+            yield StreamDelta("Once ")
+            yield object()  # type: ignore[misc]
+            yield StreamDelta("upon a time.")
+            yield StreamEnd(finish_reason="stop")
+            yield StreamDelta(" (past the end)")
+        finally:
+            type(self).closed.append(self.config.name)
+
+
+@pytest.mark.django_db
+def test_a_stream_skips_events_it_does_not_know_and_is_closed_at_its_end(
+    scripted: type[ScriptedProvider], key_env: str
+) -> None:
+    registry.register(EventfulProvider.kind, EventfulProvider)
+    EventfulProvider.closed = []
+    a = make_provider("a", kind=EventfulProvider.kind, supports_streaming=True)
+    make_chain("main", [a], is_default=True)
+    events: Any = route_stream(replace(REQUEST, stream=True), sleeper=Sleeps())
+    chunks = []
+    for event in events:
+        if not isinstance(event, StreamChunk):
+            final = event
+            assert EventfulProvider.closed == ["a"]  # closed before the final event
+            break
+        chunks.append(event.text)
+    assert chunks == ["Once ", "upon a time."]
+    assert isinstance(final, StreamResult)
+    assert final.routed.result.output == "Once upon a time."
