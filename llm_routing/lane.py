@@ -216,7 +216,7 @@ async def _answer(view: View, request: HttpRequest, send: Send) -> None:
                     "%s: %s",
                     response.reason_phrase,
                     request.path,
-                    response=response,
+                    response=response,  # type: ignore[arg-type]  # a stream too, as Django's
                     request=request,
                 )
         try:

@@ -148,7 +148,9 @@ def _dedup_mock_last(
 
 
 def _first_matching_rule(request: AuditRequest, config: ConfigSnapshot) -> RuleSpec | None:
-    return config.first_matching_rule(task=request.task, route=request.route)
+    return config.first_matching_rule(
+        task=request.task, route=request.route, principal=request.principal
+    )
 
 
 def resolve(request: AuditRequest, config: ConfigSnapshot | None = None) -> Plan:

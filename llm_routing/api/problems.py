@@ -16,7 +16,7 @@ from typing import Any
 
 from rest_framework import exceptions
 
-from ..access import NOBODY, Viewer, may_see
+from ..access import NOBODY, TRUSTED, Viewer, may_see, visible_routed
 from ..types import RoutingResult
 from .budget_guard import BudgetRefused
 
@@ -110,13 +110,16 @@ def exception_problem(exc: exceptions.APIException, status_code: int) -> Problem
     return Problem(status_code, kind, message, code=code)
 
 
-def routing_headers(routed: RoutingResult) -> dict[str, str]:
+def routing_headers(routed: RoutingResult, viewer: Viewer = TRUSTED) -> dict[str, str]:
     """``X-Request-ID``, ``X-LLM-Provider`` and ``X-LLM-Attempts`` (every try of every
-    candidate that was not skipped) of a routed answer or error."""
-    attempts = [a for a in routed.metadata.attempts if a.outcome != "skipped"]
+    candidate that was not skipped) of a routed answer or error, as ``viewer`` may see
+    it (:func:`llm_routing.access.visible_routed`: an error's last candidate may be one
+    they may not use, skipped as ``not_allowed``; the header is then empty)."""
+    shown = visible_routed(routed, viewer)
+    attempts = [a for a in shown.metadata.attempts if a.outcome != "skipped"]
     return {
         "X-Request-ID": routed.request_id,
-        "X-LLM-Provider": routed.result.provider,
+        "X-LLM-Provider": shown.result.provider,
         "X-LLM-Attempts": str(sum(a.retries + 1 for a in attempts)),
     }
 
