@@ -296,12 +296,15 @@ def test_audit_metadata_names_no_provider_i_may_not_use(
     rows: dict[str, Provider],
     django_capture_on_commit_callbacks: Any,
 ) -> None:
-    """The default chain (only ``vip``) is limited: the walk skips ``vip`` as
+    """The default chain (``vip``, then ``pub``) is limited: the walk skips both as
     ``not_allowed`` and the mock answers. The caller's envelope (sync, stream result,
-    async job) leaves the skip out and names neither the provider nor the chain; the
-    decision row keeps it for operators; staff see it whole."""
+    async job) leaves the skips out — ``pub``'s too, a provider they may name, so not
+    even the chain's limit shows — and names neither provider nor chain; the decision
+    row keeps them for operators; staff see it whole."""
     Chain.objects.filter(name="main").update(is_default=False)
     Chain.objects.filter(name="premium").update(is_default=True)
+    ChainEntry.objects.create(chain=Chain.objects.get(name="premium"), provider=rows["pub"],
+                              position=1)  # fmt: skip
     base = {"task": "t", "input_text": "x"}
 
     whole = api.post("/audit/", base, "json")
@@ -318,9 +321,12 @@ def test_audit_metadata_names_no_provider_i_may_not_use(
         assert meta["skipped_providers"] == [] and meta["chain"] == ["mock"]
         assert meta["chain_name"] is None and meta["fallback_reason"] is None
         assert hidden(json.dumps(body)), body
+    for body in (whole.json(), result, polled):
+        assert "pub" not in json.dumps(body["routing_metadata"])
     decision = RoutingDecision.objects.get(request_id=whole.json()["request_id"])
     assert list(decision.attempts.values_list("provider", "reason")) == [
         ("vip", "not_allowed"),
+        ("pub", "not_allowed"),
         ("mock", ""),
     ]
     assert decision.chain_name == "premium"

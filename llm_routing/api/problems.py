@@ -16,7 +16,7 @@ from typing import Any
 
 from rest_framework import exceptions
 
-from ..access import NOBODY, TRUSTED, Viewer, may_see, visible_routed
+from ..access import NOBODY, TRUSTED, Viewer, visible_routed
 from ..types import RoutingResult
 from .budget_guard import BudgetRefused
 
@@ -126,17 +126,17 @@ def routing_headers(routed: RoutingResult, viewer: Viewer = TRUSTED) -> dict[str
 
 def routed_problem(routed: RoutingResult, viewer: Viewer = NOBODY) -> Problem:
     """A routed request that got no answer: its status, and for an exhausted chain
-    every candidate ``viewer`` may see with its outcome and reason."""
+    every candidate ``viewer`` may see with its outcome and reason (never a
+    ``not_allowed`` skip: :func:`llm_routing.access.visible_routed`)."""
     err = routed.result.error
     category = err.category if err else "response"
     status_code, kind = CATEGORY_STATUS.get(category, (503, "unavailable"))
     message = err.message if err else "Every candidate failed."
     extra: dict[str, Any] = {}
-    if category == "chain_exhausted":
+    if category == "chain_exhausted":  # the caller's copy of the decision: access.visible_routed
         candidates = [
             {"provider": a.provider, "outcome": a.outcome, "reason": a.reason}
-            for a in routed.metadata.attempts
-            if may_see(viewer, "provider", a.provider)
+            for a in visible_routed(routed, viewer).metadata.attempts
         ]
         reasons = ", ".join(f"{c['provider']}: {c['reason']}" for c in candidates) or "none"
         message = f"No provider could answer (request {routed.request_id}; {reasons})."
