@@ -368,7 +368,7 @@ def app_env(args: argparse.Namespace, port: int) -> dict[str, str]:
         "LLM_ROUTING_LOG_LEVEL": "WARNING",
         # Production settings (docs/production.md): decisions written off the request
         # path in batches, anything the database refuses kept in the spool.
-        "LLM_ROUTING_RECORD_MODE": getattr(args, "record_mode", "write_behind"),
+        "LLM_ROUTING_RECORD_MODE": getattr(args, "record_mode", "inline"),
         "LLM_ROUTING_SPOOL_DIR": str(Path(tempfile.gettempdir()) / "llm-routing-bench-spool"),
     }
 
@@ -615,8 +615,8 @@ def main() -> None:
     )
     parser.add_argument(
         "--record-mode",
-        default="write_behind",
-        help="LLM_ROUTING_RECORD_MODE of this app (the shipped default is inline)",
+        default="inline",
+        help="LLM_ROUTING_RECORD_MODE of this app (default: inline, the shipped default)",
     )
     parser.add_argument("--peers-dir", type=Path, default=ROOT.parent / "shared" / "peers")
     parser.add_argument("--workers", type=int, default=2)
