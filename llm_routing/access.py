@@ -335,12 +335,20 @@ def visible_routed(
     if result.provider and not shown(result.provider):
         result = replace(result, provider="", model="")
     dropped = {a.provider for a in meta.attempts if a.reason == "not_allowed"}
+    chain = tuple(n for n in meta.chain if n not in dropped and shown(n))
+    if (chain, attempts, chain_name, result) == (
+        meta.chain,
+        meta.attempts,
+        meta.chain_name,
+        routed.result,
+    ):
+        return routed  # nothing to hide: the decision as it is
     metadata = replace(
         meta,
         chain_name=chain_name,
         rule=rule,
         selected_provider=result.provider,
-        chain=tuple(n for n in meta.chain if n not in dropped and shown(n)),
+        chain=chain,
         attempts=attempts,
         fallback_used=fallback_reason is not None,
         fallback_reason=fallback_reason,
