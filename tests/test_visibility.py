@@ -331,6 +331,9 @@ def test_audit_metadata_names_no_provider_i_may_not_use(
     ]
     assert decision.chain_name == "premium"
 
+    explained = api.get("/audit/explain/", {"task": "t"}).json()  # what /audit/ shows
+    assert [c["provider"] for c in explained["candidates"]] == ["mock"]
+    assert explained["chain_name"] is None and hidden(json.dumps(explained))
     seen = staff.post("/audit/", base, "json").json()  # staff may use the chain
     assert seen["result"]["provider"] == "vip"
     assert seen["routing_metadata"]["chain_name"] == "premium"
