@@ -11,16 +11,21 @@
 * Staff users and superusers hold both permissions. A request without a
   :class:`~llm_routing.types.Principal` (the Python API, management commands) is trusted.
 
-The API layer turns a refusal into a 403 (:func:`refusal`); the router skips a candidate
-the caller may not use as ``not_allowed`` (:func:`denied_candidates`). Both read the
+The API layer turns a refusal into a 403 for a permission the caller lacks, or the 404
+of a name that does not exist for a chain or provider they may not see
+(:func:`refusal`); a routing rule whose chain they may not use does not apply to them
+(:meth:`~llm_routing.snapshot.ConfigSnapshot.first_matching_rule`); the router skips a
+candidate they may not use as ``not_allowed`` (:func:`denied_candidates`). All read the
 config snapshot (:mod:`llm_routing.snapshot`), not the chain rows.
 
 Who sees what (docs/operations.md, "Who sees what") is decided by one function,
 :func:`may_see`: a :class:`Viewer` (a caller, or an operator: staff, a superuser, a
 holder of ``METRICS_TOKEN``) may see a chain, a route key or a provider name only when
 they may use it, and the operations view (every provider row, its key presence and
-circuit) only as an operator. Explain, ``/health/``, ``/v1/models`` and ``/v1`` errors
-all ask it; what a caller may not see answers exactly as what does not exist.
+circuit) only as an operator. Explain, ``/health/``, ``/v1/models``, ``/v1`` errors and
+``/audit/``'s refusals all ask it; what a caller may not see answers exactly as what
+does not exist, and the caller's copy of a decision leaves it out
+(:func:`visible_routed`; the decision row keeps everything).
 """
 
 from __future__ import annotations
