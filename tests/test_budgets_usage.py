@@ -113,3 +113,43 @@ def test_the_default_bound_is_ten_million_per_count(
     assert post(api, stream=False)[0] == 200
     assert tokens_used("all") == 2 * 10_000_000
     assert post(api, stream=False)[0] == 200
+
+
+ANSWERS: dict[str, dict[str, Any]] = {
+    "anthropic": {
+        "id": "msg_absurd",
+        "type": "message",
+        "role": "assistant",
+        "model": "claude-fake",
+        "content": [{"type": "text", "text": "short answer"}],
+        "stop_reason": "end_turn",
+        "stop_sequence": None,
+        "usage": {"input_tokens": ABSURD, "output_tokens": ABSURD},
+    },
+    "gemini": {
+        "candidates": [
+            {
+                "content": {"parts": [{"text": "short answer"}], "role": "model"},
+                "finishReason": "STOP",
+                "index": 0,
+            }
+        ],
+        "usageMetadata": {"promptTokenCount": ABSURD, "candidatesTokenCount": ABSURD},
+    },
+}
+
+
+@pytest.mark.parametrize("kind", sorted(ANSWERS))
+def test_every_vendors_usage_passes_the_bound(
+    api: Any, fake_upstream: FakeUpstream, upstream_chain: Callable[..., list[Any]], kind: str
+) -> None:
+    """Each adapter's usage goes through the one function (not only OpenAI's)."""
+    upstream_chain(("up", kind, {"max_retries": 0}))
+    Budget.objects.create(name="tok", scope="user", subject="alice", max_tokens=12_000,
+                          window="day")  # fmt: skip
+    fake_upstream.script(kind, Faults.ok(body=ANSWERS[kind]))
+    with override_settings(LLM_ROUTING={"MAX_REPORTED_TOKENS": BOUND}):
+        status, envelope = post(api, stream=False)
+    assert status == 200 and envelope["result"]["provider"] == "up"
+    assert envelope["result"]["usage"] == {"input_tokens": BOUND, "output_tokens": BOUND}
+    assert tokens_used("tok") == 2 * BOUND
