@@ -1,6 +1,6 @@
 """Issue 22, the core's part: one exit and one key filter (docs/testing.md, "Issue 22: core").
 
-Finding 1: a request that reaches the walk ends through ONE exit (``router._Session.finish``)
+Finding 1: a request that reaches the walk ends through ONE exit (``routing.walk._Session.finish``)
 that records the decision (or hands it to the write-behind queue), sends ``request_routed``
 (which settles the budget, releases the place in flight and counts the metrics) — exactly
 once, whatever raised before it. The finding's own trigger is a lone surrogate in a
