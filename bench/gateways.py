@@ -318,6 +318,33 @@ def warm_up(url: str, headers: dict[str, str], body: dict[str, Any], *, count: i
                 raise RuntimeError(f"warm-up answered HTTP {response.status_code}")
 
 
+def alternating_added_ms(
+    url: str, headers: dict[str, str], body: dict[str, Any], direct_url: str, *, samples: int
+) -> float:
+    """The second harness: a Python client (httpx, one keep-alive connection to each side)
+    alternating a request through the gateway and one straight to the upstream, c=1; the
+    gateway's p50 minus the direct p50. The client's own cost lands on both sides, so the
+    difference is comparable with wrk's (which subtracts separate runs)."""
+    import httpx
+
+    through: list[float] = []
+    straight: list[float] = []
+    with httpx.Client(timeout=30) as gw, httpx.Client(timeout=30) as up:
+        for _ in range(samples):
+            for client, target, hdrs, data, times in (
+                (gw, url, headers, body, through),
+                (up, direct_url, {}, BODY, straight),
+            ):
+                started_at = time.perf_counter()
+                response = client.post(target, json=data, headers=hdrs)
+                times.append((time.perf_counter() - started_at) * 1000)
+                if response.status_code != 200:
+                    raise RuntimeError(f"alternating client: HTTP {response.status_code}")
+    through.sort()
+    straight.sort()
+    return through[len(through) // 2] - straight[len(straight) // 2]
+
+
 def ttft_ms(url: str, headers: dict[str, str], *, samples: int) -> float:
     """Median time to the first content chunk of a streamed answer (c=1)."""
     import httpx
@@ -487,6 +514,7 @@ def install_portkey(peers: Path) -> Path:
 class Row:
     system: str
     added_p50_ms: float | None = None
+    added_p50_py_ms: float | None = None  # the second harness (alternating Python client)
     rps: dict[int, float] = field(default_factory=dict)
     pct_direct: dict[int, tuple[float, int]] = field(default_factory=dict)
     ttft_overhead_ms: float | None = None
@@ -520,6 +548,15 @@ def measure(
     runs.append(c1)
     row.added_p50_ms = c1.p50_ms if direct is None else c1.p50_ms - direct.rps.get(-1, 0.0)
     row.rps[-1] = c1.p50_ms  # kept for the direct row's baseline
+    if direct is not None and args.python_client_samples:
+        row.added_p50_py_ms = alternating_added_ms(
+            fast_url,
+            system.headers,
+            body_fast,
+            args.direct_fast_url,
+            samples=args.python_client_samples,
+        )
+        row.answered += args.python_client_samples
     row.rps[1] = c1.rps
     for c in (16, 64):
         run_c, split = cpu_during(
@@ -542,7 +579,7 @@ def measure(
     except RuntimeError as exc:  # shown in the table: a peer that cannot stream here
         t = float("nan")
         row.note = "; ".join(filter(None, [row.note, str(exc)]))
-    row.answered = (
+    row.answered += (
         16 + (0 if t != t else args.ttft_samples) + sum(max(0, r.requests - r.errors) for r in runs)
     )
     row.ttft_overhead_ms = t if direct is None else t - (direct.ttft_overhead_ms or 0.0)
@@ -555,12 +592,13 @@ def measure(
 def table(rows: list[Row], args: argparse.Namespace) -> str:
     slow = args.slow_clients
     head = (
-        "| system | added p50 c=1 (ms) | req/s c=1 / 16 / 64 | "
+        "| system | added p50 c=1 (ms) | added p50 c=1, Python client (ms) "
+        "| req/s c=1 / 16 / 64 | "
         + " | ".join(f"{c} clients, 1 s upstream: % direct (errors)" for c in slow)
         + " | TTFT overhead (ms) | RSS/worker (MiB) | decision rows / 2xx answers"
         + " | worker CPU c=1 | worker CPU split c=16 | load avg before → after |"
     )
-    sep = "|" + "---|" * (9 + len(slow))
+    sep = "|" + "---|" * (10 + len(slow))
     out = [head, sep]
     for r in rows:
         is_direct = r.system == "direct"
@@ -579,6 +617,11 @@ def table(rows: list[Row], args: argparse.Namespace) -> str:
             if is_direct
             else (f"+{r.added_p50_ms:.2f}" if r.added_p50_ms is not None else "—")
         )
+        added_py = (
+            "0 (baseline)"
+            if is_direct
+            else (f"+{r.added_p50_py_ms:.2f}" if r.added_p50_py_ms is not None else "—")
+        )
         rps = " / ".join(f"{r.rps.get(c, 0):.0f}" for c in (1, 16, 64)) if r.rps else "—"
         ttft = (
             "baseline"
@@ -595,7 +638,8 @@ def table(rows: list[Row], args: argparse.Namespace) -> str:
         split = str(r.cpu.get(16, CpuSplit()))
         load = f"{r.load[0]:.1f} → {r.load[1]:.1f}" if any(r.load) else "—"
         out.append(
-            f"| {name} | {added} | {rps} | {pct + ' | ' if slow else ''}{ttft} | {rss} "
+            f"| {name} | {added} | {added_py} | {rps} "
+            f"| {pct + ' | ' if slow else ''}{ttft} | {rss} "
             f"| {r.decisions_ok} "
             f"| {c1} | {split} | {load} |"
         )
@@ -625,6 +669,12 @@ def main() -> None:
         "--slow-clients", type=lambda s: [int(x) for x in s.split(",") if x], default=[256, 1000]
     )
     parser.add_argument("--ttft-samples", type=int, default=50)
+    parser.add_argument(
+        "--python-client-samples",
+        type=int,
+        default=500,
+        help="requests per side of the alternating Python-client harness (0: skip it)",
+    )
     parser.add_argument("--write-docs", action="store_true")
     args = parser.parse_args()
     if shutil.which("wrk") is None:
@@ -642,6 +692,7 @@ def main() -> None:
         started([*me, str(slow_port), "1"], port=slow_port),
     ):
         up_fast = f"http://127.0.0.1:{fast_port}/v1/chat/completions"
+        args.direct_fast_url = up_fast
         up_slow = f"http://127.0.0.1:{slow_port}/v1/chat/completions"
         direct = measure(System("direct"), args, None, None, up_fast, up_slow)
         rows.append(direct)
