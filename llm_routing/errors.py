@@ -4,6 +4,7 @@ in docs/architecture.md).
 The tree::
 
     ProviderError                   category        transient  same-provider retry
+                                    (the policy columns: llm_routing.failure_policy)
     ├── TransientError
     │   ├── RateLimitError          rate_limit      yes        yes (Retry-After <= cap)
     │   ├── UnavailableError        unavailable     yes        yes (backoff, full jitter)
@@ -18,13 +19,14 @@ The tree::
         └── ResponseError           response        no         no  (the walk stops)
             └── ClientDisconnectedError client_disconnected      (never fed to a circuit)
 
-Each class carries ``category``, ``transient`` and ``http_status`` as its contract
-(like DRF's ``status_code`` / ``default_code``), and the failure policy: ``advances``
-says whether the router moves on to the next candidate; ``retryable`` whether the
-retry layer may try the same provider again; ``counts_toward_circuit`` whether it
-counts toward opening the circuit, ``observed`` whether the circuit sees it at all.
-:meth:`ProviderError.to_info` carries the policy on the ErrorInfo; the router and the
-breaker read it there (this table is the only place it is decided).
+Each class carries ``category`` and ``http_status`` as its contract (like DRF's
+``status_code`` / ``default_code``), and the failure policy of its category, set on
+the class from :func:`llm_routing.failure_policy.policy_for` (the only place it is
+decided): ``transient``; ``advances`` (the router moves on to the next candidate);
+``retryable`` (the retry layer may try the same provider again);
+``counts_toward_circuit`` (it counts toward opening the circuit); ``observed`` (the
+circuit sees it at all). :meth:`ProviderError.to_info` carries the policy on the
+ErrorInfo; the retry layer, the router and the breaker read it there.
 
 Messages are built from vendor error bodies and may echo what was sent, so every
 message is scrubbed of known key values (:func:`scrub`) before it is stored.
@@ -36,6 +38,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from .failure_policy import policy_for
 from .types import ErrorInfo, Usage
 
 __all__ = [
@@ -68,18 +71,24 @@ def scrub(text: str, secrets: Iterable[str | None]) -> str:
 
 
 class ProviderError(Exception):
-    """The failure policy is the class's (an instance may tighten ``retryable``):
-    ``advances`` (the walk moves on), ``retryable`` (the retry layer may try the same
-    provider again), ``counts_toward_circuit`` and ``observed`` (fed to the circuit at
-    all). :meth:`to_info` carries it to the router and the breaker, which read it."""
+    """The failure policy is the class's, from its ``category``'s row of
+    :func:`~llm_routing.failure_policy.policy_for` (set by :meth:`__init_subclass__`;
+    an instance may tighten ``retryable``): ``advances`` (the walk moves on),
+    ``retryable`` (the retry layer may try the same provider again),
+    ``counts_toward_circuit`` and ``observed`` (fed to the circuit at all).
+    :meth:`to_info` carries it to the router and the breaker, which read it."""
 
     category: str = "response"
-    transient: bool = False
-    retryable: bool = False
-    advances: bool = False
-    counts_toward_circuit: bool = False
-    observed: bool = True
+    transient: bool
+    retryable: bool
+    advances: bool
+    counts_toward_circuit: bool
+    observed: bool
     default_message: str = "The provider failed."
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        _take_policy(cls)
 
     def __init__(
         self,
@@ -110,11 +119,30 @@ class ProviderError(Exception):
         )
 
 
+#: ProviderError's policy attributes -> the Policy field each is read from.
+_POLICY_ATTRIBUTES = {
+    "transient": "transient",
+    "retryable": "retryable",
+    "advances": "advances",
+    "counts_toward_circuit": "counts",
+    "observed": "observed",
+}
+
+
+def _take_policy(cls: type[ProviderError]) -> None:
+    """Set ``cls``'s failure policy from its category's row of the table (a class of
+    a custom adapter that sets one of them in its own body keeps its own)."""
+    policy = policy_for(cls.category)
+    for attribute, field in _POLICY_ATTRIBUTES.items():
+        if attribute not in cls.__dict__:
+            setattr(cls, attribute, getattr(policy, field))
+
+
+_take_policy(ProviderError)
+
+
 class TransientError(ProviderError):
-    transient = True
-    retryable = True
-    advances = True
-    counts_toward_circuit = True
+    """Transient failures (the policy table says which kinds are)."""
 
 
 class RateLimitError(TransientError):
@@ -134,7 +162,6 @@ class NetworkError(TransientError):
 
 class ProviderTimeoutError(TransientError):
     category = "timeout"
-    retryable = False
     default_message = "The provider did not answer in time."
 
 
@@ -144,20 +171,15 @@ class BudgetExhaustedError(ProviderTimeoutError):
     slow by its own measure, so this never counts toward its circuit."""
 
     category = "budget_exhausted"
-    counts_toward_circuit = False
-    observed = False
     default_message = "The request-wide deadline ran out during this call."
 
 
 class PermanentError(ProviderError):
-    transient = False
-    retryable = False
-    advances = False
+    """Permanent failures (the policy table says which kinds are)."""
 
 
 class ContextLengthError(PermanentError):
     category = "context_length"
-    advances = True
     default_message = "The input is longer than this model's context window."
 
 
@@ -186,5 +208,4 @@ class ClientDisconnectedError(ResponseError):
     provider's health (never fed to its circuit)."""
 
     category = "client_disconnected"
-    observed = False
     default_message = "The client went away mid-stream."

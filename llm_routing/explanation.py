@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .router import Plan
+    from .routing.plan import Plan
 
 __all__ = ["CandidateExplanation", "Explanation"]
 

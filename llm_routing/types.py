@@ -12,6 +12,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from .failure_policy import policy_for
+
 __all__ = [
     "CAPABILITIES",
     "MOCK_PROVIDER_NAME",
@@ -379,27 +381,15 @@ class StreamEnd:
 StreamEvent = StreamDelta | StreamToolCallDelta | StreamEnd
 
 
-#: Categories that never count toward a circuit / are never fed to one at all.
-_NOT_COUNTED = frozenset({"context_length", "budget_exhausted", "client_disconnected"})
-_NOT_OBSERVED = frozenset({"budget_exhausted", "client_disconnected"})
-
-
-def default_failure_policy(category: str, transient: bool) -> tuple[bool, bool, bool]:
-    """(advances, counts, observed) of an error built without its ProviderError class —
-    the same table as :mod:`llm_routing.errors`' classes (docs/architecture.md)."""
-    advances = transient or category == "context_length"
-    counts = transient and category not in _NOT_COUNTED
-    return advances, counts, category not in _NOT_OBSERVED
-
-
 @dataclass(frozen=True, slots=True)
 class ErrorInfo:
     """A safe, key-free description of why a provider did not answer.
 
     It carries the failure policy, read by the walk (``advances``) and the breaker
     (``counts``, ``observed``), never re-derived there: an error made by
-    :meth:`llm_routing.errors.ProviderError.to_info` takes its class's policy; one
-    built directly (a skip, a test) gets :func:`default_failure_policy`'s."""
+    :meth:`llm_routing.errors.ProviderError.to_info` takes its class's (the table's,
+    or what the instance tightened); one built directly (a skip, a test) gets
+    :func:`llm_routing.failure_policy.policy_for` of its category."""
 
     category: str
     message: str
@@ -415,10 +405,10 @@ class ErrorInfo:
     observed: bool | None = None
 
     def __post_init__(self) -> None:
-        policy = default_failure_policy(self.category, self.transient)
-        for name, value in zip(("advances", "counts", "observed"), policy, strict=True):
+        policy = policy_for(self.category, transient=self.transient)
+        for name in ("advances", "counts", "observed"):
             if getattr(self, name) is None:
-                object.__setattr__(self, name, value)
+                object.__setattr__(self, name, getattr(policy, name))
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -9,7 +9,7 @@ is handed over as an async one.
 The database: the async drivers run their two blocking database calls (the session's
 setup and the decision's record) off the loop, in a worker thread; a worker thread's
 connection cannot see the test's uncommitted transaction, so here they run inline, in
-the test's thread, on the test's connection (``router._off_loop``), with Django's
+the test's thread, on the test's connection (``routing.walk._off_loop``), with Django's
 async-safety check lifted for that. tests/test_router_async.py runs the real
 worker-thread path on committed rows.
 """
@@ -24,6 +24,7 @@ import pytest
 from django.db import connections
 
 from llm_routing import router, snapshot
+from llm_routing.routing import plan, walk
 from llm_routing.types import AuditRequest, RouterStreamEvent, RoutingResult
 
 T = TypeVar("T")
@@ -42,7 +43,7 @@ def _async_sleeper(sleeper: Callable[[float], None] | None) -> Any:
 
 
 def _in_test_thread(held: dict[str, Any]) -> Callable[..., Any]:
-    """``router._off_loop`` here: the call runs inline (the loop runs in the test's
+    """``routing.walk._off_loop`` here: the call runs inline (the loop runs in the test's
     thread) on the test's own database connections (``held``, taken outside the loop)."""
 
     def off_loop(fn: Callable[..., T]) -> Callable[..., Awaitable[T]]:
@@ -109,13 +110,13 @@ def use(driver: str, module: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
     held = {alias: connections[alias] for alias in connections}
     off_loop = _in_test_thread(held)
-    monkeypatch.setattr(router, "_off_loop", off_loop)
+    monkeypatch.setattr(walk, "_off_loop", off_loop)
 
     async def acurrent_here() -> snapshot.ConfigSnapshot:
         # The snapshot's rebuild reads the test's (uncommitted) rows: on its connection.
         return await off_loop(snapshot.current)()
 
-    monkeypatch.setattr(router, "acurrent", acurrent_here)
+    monkeypatch.setattr(plan, "acurrent", acurrent_here)
     for name, stand_in in (("route", route), ("route_stream", route_stream)):
         monkeypatch.setattr(router, name, stand_in)
         if hasattr(module, name):

@@ -1068,3 +1068,44 @@ def test_a_stream_skips_events_it_does_not_know_and_is_closed_at_its_end(
     assert chunks == ["Once ", "upon a time."]
     assert isinstance(final, StreamResult)
     assert final.routed.result.output == "Once upon a time."
+
+
+class HeldTailProvider(ScriptedProvider):
+    """Streams text ending in what could begin a key (the key filter holds it back
+    until the stream ends), then its end; notes when the router closes its stream."""
+
+    kind: ClassVar[str] = "scripted_held_tail"
+    closed: ClassVar[list[str]] = []
+
+    def stream(
+        self, request: AuditRequest, *, api_key: str | None, timeout: float
+    ) -> Iterator[StreamEvent]:
+        try:
+            yield StreamDelta("Once upon a time, sk-")
+            yield StreamEnd(finish_reason="stop")
+            yield StreamDelta(" (past the end)")
+        finally:
+            type(self).closed.append(self.config.name)
+
+
+@pytest.mark.django_db
+def test_a_stream_is_closed_when_its_end_is_read_before_the_held_tail_is_handed_over(
+    scripted: type[ScriptedProvider], key_env: str
+) -> None:
+    """The upstream stream is closed as soon as its end is read, before the text the
+    key filter held back is handed to the caller: a caller slow to read the tail holds
+    no upstream connection, and nothing is left for a finalizer to close."""
+    registry.register(HeldTailProvider.kind, HeldTailProvider)
+    HeldTailProvider.closed = []
+    a = make_provider("a", kind=HeldTailProvider.kind, supports_streaming=True)
+    make_chain("main", [a], is_default=True)
+    seen: list[tuple[str, list[str]]] = []
+    final: Any = None
+    for event in route_stream(replace(REQUEST, stream=True), sleeper=Sleeps()):
+        if not isinstance(event, StreamChunk):
+            final = event
+            break
+        seen.append((event.text, list(HeldTailProvider.closed)))
+    assert seen == [("Once upon a time, ", []), ("sk-", ["a"])]
+    assert isinstance(final, StreamResult)
+    assert final.routed.result.output == "Once upon a time, sk-"

@@ -1,6 +1,6 @@
 """Issue 22, the core's part: one exit and one key filter (docs/testing.md, "Issue 22: core").
 
-Finding 1: a request that reaches the walk ends through ONE exit (``router._Session.finish``)
+Finding 1: a request that reaches the walk ends through ONE exit (``routing.walk._Session.finish``)
 that records the decision (or hands it to the write-behind queue), sends ``request_routed``
 (which settles the budget, releases the place in flight and counts the metrics) — exactly
 once, whatever raised before it. The finding's own trigger is a lone surrogate in a
@@ -22,10 +22,12 @@ Real HTTP to the fake upstream (tests/fakes/upstream.py) throughout.
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import gc
 import json
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -39,6 +41,7 @@ from llm_routing.sanitize import TRIGGER_CHARS, KeyGuard
 from llm_routing.signals import request_routed
 from llm_routing.types import (
     AuditRequest,
+    ErrorInfo,
     Message,
     StreamChunk,
     StreamFailure,
@@ -599,6 +602,50 @@ def test_the_failure_policy_is_carried_by_the_error() -> None:
     odd = errors.UnavailableError()
     odd.advances = False
     assert odd.to_info().advances is False
+
+
+def test_the_failure_policy_is_one_table() -> None:
+    """Every error class's policy and every ErrorInfo's come from one function,
+    ``failure_policy.policy_for`` (nothing else states it), and the taxonomy's two
+    sides agree with the table's ``transient``."""
+    from llm_routing import errors
+    from llm_routing.failure_policy import Policy, policy_for
+
+    concrete = [
+        cls
+        for cls in vars(errors).values()
+        if isinstance(cls, type)
+        and issubclass(cls, errors.ProviderError)
+        and "category" in cls.__dict__
+    ]
+    assert len(concrete) == 12  # ProviderError itself is a response error
+    # No class body of errors.py states a policy attribute: the table alone does.
+    stated = {
+        target.id
+        for node in ast.walk(ast.parse(Path(errors.__file__).read_text(encoding="utf-8")))
+        if isinstance(node, ast.ClassDef)
+        for item in node.body
+        if isinstance(item, ast.Assign | ast.AnnAssign)
+        if item.value is not None
+        for target in (item.targets if isinstance(item, ast.Assign) else [item.target])
+        if isinstance(target, ast.Name)
+    }
+    assert stated == {"category", "default_message"}
+    for cls in concrete:
+        policy = policy_for(cls.category)
+        assert (cls.transient, cls.retryable, cls.advances, cls.counts_toward_circuit,
+                cls.observed) == (policy.transient, policy.retryable, policy.advances,
+                                  policy.counts, policy.observed), cls  # fmt: skip
+        assert issubclass(cls, errors.TransientError) is policy.transient, cls
+        info = ErrorInfo(category=cls.category, message="", transient=policy.transient)
+        assert (info.advances, info.counts, info.observed) == (
+            policy.advances,
+            policy.counts,
+            policy.observed,
+        )
+    # A kind that is no provider failure (a skip, chain_exhausted) follows its flag.
+    assert policy_for("chain_exhausted", transient=True) == Policy(True, False, True, True)
+    assert policy_for("circuit_open") == Policy(False, False, False, False)
 
 
 def test_json_escapes_decode_to_the_same_json_however_the_fragments_fall() -> None:

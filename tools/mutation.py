@@ -2,7 +2,7 @@
 """Mutation testing of the routing core (mutmut), one module at a time.
 
     .venv/bin/nox -s mutation                              # every core module
-    .venv/bin/nox -s mutation -- router breaker            # some modules
+    .venv/bin/nox -s mutation -- walk stream breaker       # some modules
     .venv/bin/python tools/mutation.py --changed-since main --whole budget --check  # CI
 
 Each module runs in its own scratch copy of the project (``.mutation/<module>/``) whose
@@ -12,7 +12,8 @@ for each of its mutants.
 
 ``--changed-since REF`` mutates only the functions (and methods) of each core module
 whose code differs from the merge base with REF — a module new since then is mutated
-whole, a module without changed functions is not run; an unknown REF is an error.
+whole (unless its functions moved there unchanged from a file of ``MOVED_FROM``), a
+module without changed functions is not run; an unknown REF is an error.
 ``--whole MODULE`` (repeatable) mutates that module whole even with ``--changed-since``
 (the CI floor's fixed sample, so a run on an unchanged main still checks something).
 ``--check`` fails (exit 1) when a score falls below the module's floor in
@@ -84,20 +85,35 @@ MODULES: dict[str, tuple[str, list[str]]] = {
             "tests/test_core_classify.py",
         ],
     ),
-    # router.py holds the walk and the stream pump (_pump, _continue, _finish_stream).
-    "router": (
-        "llm_routing/router.py",
-        [
-            "tests/test_router.py",
-            "tests/test_router_stream.py",
-            "tests/test_router_upstream.py",
-            "tests/test_breaker_router.py",
-            "tests/test_explain.py",  # explain() is in router.py
-            # the async driver's own paths (aroute, aroute_stream, Setup/Record.arun)
-            "tests/test_router_async.py",
-            "tests/test_router_tools.py",
-        ],
-    ),
+}
+
+#: The test files of the routing core (llm_routing/routing/: plan, walk, stream,
+#: explain), each of its modules mutated with all of them.
+ROUTING_TESTS = [
+    "tests/test_router.py",
+    "tests/test_router_stream.py",
+    "tests/test_router_upstream.py",
+    "tests/test_breaker_router.py",
+    "tests/test_explain.py",
+    # the async driver's own paths (aroute, aroute_stream, Setup/Record.arun)
+    "tests/test_router_async.py",
+    "tests/test_router_tools.py",
+]
+MODULES.update(
+    {
+        "plan": ("llm_routing/routing/plan.py", ROUTING_TESTS),
+        "walk": ("llm_routing/routing/walk.py", ROUTING_TESTS),
+        "stream": ("llm_routing/routing/stream.py", ROUTING_TESTS),
+        "explain": ("llm_routing/routing/explain.py", ROUTING_TESTS),
+    }
+)
+
+#: Where a core module's functions were before a move: a function there with the
+#: same name and the same code (its AST) is not a changed function of the new file.
+#: The routing core was llm_routing/router.py before it was split by job.
+MOVED_FROM: dict[str, tuple[str, ...]] = {
+    path: ("llm_routing/router.py",)
+    for path, _ in (MODULES[name] for name in ("plan", "walk", "stream", "explain"))
 }
 
 PYTEST_ARGS = [
@@ -228,14 +244,21 @@ def _git(*args: str) -> subprocess.CompletedProcess[str]:
 
 def changed_functions(path: str, base: str) -> list[str] | None:
     """The functions of ``path`` changed since the merge base with ``base``: None means
-    the whole module (new, or no merge base), [] means nothing changed."""
+    the whole module (new, or no merge base), [] means nothing changed. A function
+    moved here unchanged (same name, same code, in a file of :data:`MOVED_FROM` at the
+    merge base) is not changed: a pure move mutates nothing."""
     merge_base = _git("merge-base", "HEAD", base)
     if merge_base.returncode != 0:
         return None
-    old = _git("show", f"{merge_base.stdout.strip()}:{path}")
-    if old.returncode != 0:
+    before: dict[str, str] = {}
+    found = False
+    for old_path in (path, *MOVED_FROM.get(path, ())):
+        old = _git("show", f"{merge_base.stdout.strip()}:{old_path}")
+        if old.returncode == 0:
+            found = True
+            before = {**function_names(old.stdout), **before}
+    if not found:
         return None
-    before = function_names(old.stdout)
     now = function_names((ROOT / path).read_text(encoding="utf-8"))
     return sorted(name for name, code in now.items() if before.get(name) != code)
 

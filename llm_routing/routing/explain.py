@@ -1,0 +1,82 @@
+"""What the router would do with a request now (:func:`explain`), without calling a
+provider, recording anything or claiming a probe slot: the plan of
+:mod:`llm_routing.routing.plan` and the walk's own availability decision."""
+
+from __future__ import annotations
+
+import logging
+
+from .. import effects
+from ..availability import may_try, missing_capability
+from ..conf import routing_settings
+from ..explanation import CandidateExplanation, Explanation
+from ..resilience import breaker
+from ..snapshot import current
+from ..types import (
+    MOCK_PROVIDER_NAME,
+    AuditRequest,
+)
+from .plan import _adapter_for, _denied, resolve
+
+#: The logger operators configure for the router (docs/providers.md).
+logger = logging.getLogger("llm_routing.router")
+
+
+def explain(request: AuditRequest) -> Explanation:
+    """What :func:`route` would do with ``request`` now, without calling any provider,
+    recording anything or touching circuit state (no half-open probe slot is claimed).
+
+    The same :func:`resolve` and :func:`~llm_routing.availability.may_try` as the walk;
+    the circuit is read (``PeekCircuit``) instead of claimed (``Allow``). What it
+    cannot foresee: a provider failing, and the budget running out after earlier
+    attempts (every verdict assumes a fresh budget).
+    """
+    snap = current()
+    plan = resolve(request, snap)
+    rows = snap.rows(plan.names)
+    forced = plan.router_mode == "forced"
+    denied = _denied(plan, request, snap)
+    out: list[CandidateExplanation] = []
+    for position, (name, model) in enumerate(plan.candidates):
+        row = rows.get(name)
+        adapter = _adapter_for(name, model, row)
+        # The walk's own decision, the circuit read without claiming a probe slot.
+        reason = effects.run(
+            may_try(name, row, adapter, request, denied=denied, forced=forced, claim=False)
+        )
+        shown_model = model or (adapter.config.model if adapter else (row.model if row else ""))
+        if adapter is None:
+            out.append(
+                CandidateExplanation(
+                    position, name, shown_model, "skip", reason or "unknown_provider"
+                )
+            )
+            continue
+        config = adapter.config
+        look = breaker.peek(config)
+        circuit = look.circuit
+        out.append(
+            CandidateExplanation(
+                position=position,
+                provider=name,
+                model=shown_model,
+                verdict="skip" if reason else "try",
+                reason=reason,
+                missing_capability=(
+                    missing_capability(adapter, request) if reason == "unsupported" else None
+                ),
+                circuit=look.phase if look.tracked else "n/a",
+                open_until=circuit.open_until if circuit and look.phase != breaker.CLOSED else None,
+                probe=look.probe and reason is None,
+                timeout_s=float(config.timeout_s),
+                first_token_timeout_s=float(config.first_token_timeout_s),
+                max_retries=0 if look.probe else int(config.max_retries),
+                backstop=name == MOCK_PROVIDER_NAME and position == len(plan.candidates) - 1,
+            )
+        )
+    return Explanation(
+        plan=plan,
+        candidates=tuple(out),
+        deadline_s=float(routing_settings.REQUEST_DEADLINE_S),
+        max_attempts=int(routing_settings.MAX_ATTEMPTS),
+    )

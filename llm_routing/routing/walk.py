@@ -1,0 +1,503 @@
+"""The walk of one routed request (:class:`_Session`): availability, the retry layer,
+failover, and the request's one exit (:meth:`_Session.finish`) with its ``Record`` and
+``Announce`` effects; :func:`route` and :func:`aroute` drive it.
+
+Its methods are generators of effects (:mod:`llm_routing.effects`): the same walk runs
+under the sync and the async drivers.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from asgiref.sync import sync_to_async
+from django.db import close_old_connections
+
+from .. import effects, recorder
+from ..availability import may_try, missing_capability
+from ..conf import routing_settings
+from ..effects import (
+    AsyncSleeper,
+    ClientGone,
+    Context,
+    Effect,
+    Sleeper,
+    Steps,
+)
+from ..errors import ClientDisconnectedError, ResponseError
+from ..models import Provider
+from ..providers.base import BaseProvider
+from ..resilience import breaker
+from ..resilience.breaker import Observe
+from ..resilience.budget import Budget
+from ..resilience.retry import InvokeSteps, error_result, retry_steps
+from ..sanitize import sanitized
+from ..signals import (
+    after_provider_result,
+    asend,
+    before_provider_call,
+    on_provider_fallback,
+    request_routed,
+    send,
+)
+from ..types import (
+    MOCK_PROVIDER_NAME,
+    AttemptRecord,
+    AuditRequest,
+    ErrorInfo,
+    ProviderResult,
+    RoutingMetadata,
+    RoutingResult,
+)
+from .plan import Setup, _adapter_for, _Setup, with_output_ceiling
+
+#: The logger operators configure for the router (docs/providers.md).
+logger = logging.getLogger("llm_routing.router")
+
+T = TypeVar("T")
+
+
+@dataclass
+class _Walk:
+    request_id: str
+    attempts: list[AttemptRecord] = field(default_factory=list)
+
+    def add(self, **kwargs: object) -> AttemptRecord:
+        attempt = AttemptRecord(index=len(self.attempts), **kwargs)  # type: ignore[arg-type]
+        self.attempts.append(attempt)
+        return attempt
+
+
+def _attempt_record(result: ProviderResult, *, served: bool) -> dict[str, object]:
+    err = result.error
+    return {
+        "provider": result.provider,
+        "model": result.model,
+        "outcome": "ok" if result.ok else "error",
+        "reason": err.category if err else None,
+        "error_category": err.category if err else None,
+        "http_status": err.http_status if err else None,
+        "transient": err.transient if err else False,
+        "retries": result.retries,
+        "latency_ms": result.latency_ms,
+        "served": served,
+        "usage": result.usage,
+    }
+
+
+def _skip_result(
+    name: str, model: str, reason: str, *, capability: str | None = None
+) -> ProviderResult:
+    """The adapter state of a provider that could not run (forced mode only)."""
+    if reason in {"disabled", "missing_key"}:
+        mode, status = "disabled", "fallback"
+        message = (
+            "The provider is disabled."
+            if reason == "disabled"
+            else "The provider's key variable is not set."
+        )
+    else:
+        mode, status = "error", "error"
+        message = {
+            "unknown_provider": "No provider has that name.",
+            "unsupported": f"The provider does not support {capability or 'a capability'}, "
+            "which this request needs.",
+            "circuit_open": "The provider's circuit is open.",
+            "not_allowed": "You may not route to this provider.",
+            "budget_exhausted": "The request-wide deadline or attempt budget is used up.",
+        }.get(reason, reason)
+    return ProviderResult(
+        provider=name,
+        model=model,
+        mode=mode,  # type: ignore[arg-type]
+        status=status,  # type: ignore[arg-type]
+        error=ErrorInfo(category=reason, message=message),
+    )
+
+
+AttemptFn = Callable[[BaseProvider], Steps[ProviderResult]]
+
+
+def _off_loop(fn: Callable[..., T]) -> Callable[..., Awaitable[T]]:
+    """How the async drivers run their blocking database calls (``_setup``, ``Record``):
+    in a worker thread, never on the event loop. (tests/drivers.py runs them in the
+    test's thread instead, where its transaction lives.) The worker's database
+    connection is then handled as at the end of a request (``CONN_MAX_AGE``), so
+    worker threads do not pile up open connections."""
+
+    def in_worker(*args: Any, **kwargs: Any) -> T:
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            close_old_connections()
+
+    return sync_to_async(in_worker, thread_sensitive=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Record(Effect):
+    """Record the decision and its attempts → None (never raises; spools on a DB error)."""
+
+    request: AuditRequest
+    routed: RoutingResult
+
+    def run(self, ctx: Context) -> None:
+        if ctx.finalizing:  # a dropped stream's finalizer: never the database here
+            recorder.submit(self.request, self.routed)
+        else:
+            recorder.record_or_spool(self.request, self.routed)
+
+    async def arun(self, ctx: Context) -> None:
+        if routing_settings.RECORD_MODE == "write_behind" or ctx.finalizing:
+            recorder.submit(self.request, self.routed)  # a bounded queue: never blocks
+        else:
+            await _off_loop(recorder.record_or_spool)(self.request, self.routed)
+
+
+@dataclass(frozen=True, slots=True)
+class Announce(Effect):
+    """Send ``request_routed`` → None: the budgets' settlement with the usage the
+    upstream reported and the release of the place in flight, metrics, traces. On the
+    event loop it awaits what its receivers deferred (the settlement task), so a loop
+    that stops right after the request cannot lose the charge."""
+
+    request: AuditRequest
+    routed: RoutingResult
+
+    def run(self, ctx: Context) -> None:
+        send(request_routed, request_id=self.routed.request_id, request=self.request,
+             routed=self.routed)  # fmt: skip
+
+    async def arun(self, ctx: Context) -> None:
+        await asend(request_routed, request_id=self.routed.request_id, request=self.request,
+                    routed=self.routed)  # fmt: skip
+
+
+def _gone_error() -> ClientDisconnectedError:
+    return ClientDisconnectedError()
+
+
+class _Session:
+    """One routed request: its plan, walk, budget; shared by every driver. Its methods
+    are generators of effects (:mod:`llm_routing.effects`)."""
+
+    def __init__(
+        self,
+        request: AuditRequest,
+        setup: _Setup,
+        *,
+        request_id: str | None,
+        started: float,
+    ) -> None:
+        self.started = started
+        self.request = request
+        self.walk = _Walk(request_id=request_id or str(uuid.uuid4()))
+        self.plan = setup.plan
+        self.rows = setup.rows
+        self.budget = Budget(
+            deadline_s=float(routing_settings.REQUEST_DEADLINE_S),
+            max_attempts=int(routing_settings.MAX_ATTEMPTS),
+        )
+        # Candidates the caller may not use: skipped as not_allowed (docs/operations.md).
+        self.denied = setup.denied
+        # Set by the one exit (:meth:`finish`), which runs once.
+        self.routed: RoutingResult | None = None
+
+    @property
+    def request_id(self) -> str:
+        return self.walk.request_id
+
+    def skip(
+        self,
+        name: str,
+        row: Provider | None,
+        adapter: BaseProvider | None,
+        budget: Budget | None,
+        *,
+        forced: bool = False,
+        needs: frozenset[str] = frozenset(),
+    ) -> Steps[str | None]:
+        """:func:`~llm_routing.availability.may_try` for this request (its caller's
+        access rules), claiming the circuit (a half-open probe slot)."""
+        return (
+            yield from may_try(
+                name,
+                row,
+                adapter,
+                self.request,
+                denied=self.denied,
+                budget=budget,
+                forced=forced,
+                needs=needs,
+            )
+        )
+
+    def call(
+        self,
+        adapter: BaseProvider,
+        request: AuditRequest | None = None,
+        invoke: InvokeSteps | None = None,
+        *,
+        defer_success: bool = False,
+    ) -> Steps[ProviderResult]:
+        """One candidate through the retry layer, with hooks and breaker bookkeeping.
+
+        ``defer_success``: an opened stream is not a success yet — the caller feeds the
+        breaker once the stream has ended (:func:`_settle`)."""
+        request = with_output_ceiling(request or self.request, adapter.config)
+        config = adapter.config
+        send(
+            before_provider_call,
+            request_id=self.request_id,
+            provider=config.name,
+            model=config.model,
+            task=request.task,
+        )
+        # A half-open probe is exactly one upstream request.
+        max_retries = 0 if breaker.is_probe(config) else None
+        try:
+            result = yield from retry_steps(
+                adapter, request, budget=self.budget, invoke=invoke, max_retries=max_retries
+            )
+        except ClientGone:
+            # Cut short by the client (async drivers): never counted, frees a probe slot.
+            gone = error_result(
+                adapter, _gone_error(), latency_ms=0.0, retries=0, upstream_requests=1
+            )
+            yield Observe(config, gone)
+            self.walk.add(**_attempt_record(gone, served=False))
+            raise
+        result = sanitized(result, request)
+        if not (defer_success and result.ok):
+            try:
+                yield Observe(config, result)
+            except ClientGone:  # cancelled here: the answer (and its usage) still counts
+                self.walk.add(**_attempt_record(result, served=False))
+                raise
+        send(after_provider_result, request_id=self.request_id, provider=config.name, result=result)
+        return result
+
+    def gone(self) -> ProviderResult:
+        """The final result of a request whose client went away before its answer."""
+        last = self.walk.attempts[-1] if self.walk.attempts else None
+        return ProviderResult(
+            provider=last.provider if last else "",
+            model=last.model if last else "",
+            mode="error",
+            status="error",
+            error=_gone_error().to_info(),
+        )
+
+    def run(self, attempt: AttemptFn) -> Steps[tuple[ProviderResult, str | None]]:
+        if self.plan.router_mode == "forced":
+            return (yield from self._forced(attempt))
+        return (yield from self._walk_chain(attempt))
+
+    def _forced(self, attempt: AttemptFn) -> Steps[tuple[ProviderResult, str | None]]:
+        """Exactly the forced provider: no skipping, no mock substitution."""
+        request = self.request
+        name = self.plan.names[0]
+        row = self.rows.get(name)
+        adapter = _adapter_for(name, "", row)
+        # Forced mode never substitutes the mock, but it respects the access rules, the
+        # attempt budget and the circuit: an open circuit answers circuit_open without
+        # a call; a half-open one lets the forced call be its single probe.
+        reason = yield from self.skip(name, row, adapter, self.budget, forced=True)
+        if reason is not None or adapter is None:
+            reason = reason or "unknown_provider"
+            model = row.model if row else ""
+            self.walk.add(provider=name, model=model, outcome="skipped", reason=reason)
+            capability = missing_capability(adapter, request) if adapter is not None else None
+            return _skip_result(name, model, reason, capability=capability), None
+        result = yield from attempt(adapter)
+        self.walk.add(**_attempt_record(result, served=result.ok))
+        return result, None
+
+    def _walk_chain(self, attempt: AttemptFn) -> Steps[tuple[ProviderResult, str | None]]:
+        plan, walk = self.plan, self.walk
+        first_reason: str | None = None
+        any_attempted = False
+        for position, (name, model) in enumerate(plan.candidates):
+            row = self.rows.get(name)
+            adapter = _adapter_for(name, model, row)
+            reason = yield from self.skip(name, row, adapter, self.budget)
+            if reason is not None or adapter is None:
+                reason = reason or "unknown_provider"
+                shown_model = model or (row.model if row else "")
+                walk.add(provider=name, model=shown_model, outcome="skipped", reason=reason)
+                first_reason = first_reason or reason
+                send(on_provider_fallback, request_id=walk.request_id, provider=name, reason=reason)
+                continue
+            is_backstop = name == MOCK_PROVIDER_NAME and position == len(plan.candidates) - 1
+            result = yield from attempt(adapter)
+            if result.ok:
+                walk.add(**_attempt_record(result, served=True))
+                if position == 0 and plan.configured:
+                    return result, None
+                if is_backstop and any_attempted:
+                    return result, "chain_exhausted"
+                return result, first_reason or ("no_chain" if not plan.configured else None)
+            any_attempted = True
+            walk.add(**_attempt_record(result, served=False))
+            category = result.error.category if result.error else "response"
+            first_reason = first_reason or category
+            if not (result.error is None or result.error.advances):
+                return result, first_reason if position > 0 else None
+            send(on_provider_fallback, request_id=walk.request_id, provider=name, reason=category)
+        # Every candidate was skipped or failed: reachable when the plan has no mock
+        # backstop (``backstop=False``, e.g. /v1) or the backstop itself failed.
+        last = walk.attempts[-1] if walk.attempts else None
+        if plan.backstop:
+            error = ResponseError("Every candidate failed, the mock backstop included.").to_info()
+        else:
+            error = ErrorInfo(
+                category="chain_exhausted",
+                message="Every candidate was skipped or failed, and this chain has no mock "
+                "backstop.",
+                transient=True,
+            )
+        return (
+            ProviderResult(
+                provider=last.provider if last else "",
+                model=last.model if last else "",
+                mode="error",
+                status="error",
+                error=error,
+            ),
+            "chain_exhausted",
+        )
+
+    def failed(self, exc: BaseException) -> ProviderResult:
+        """The final result of a walk that raised where nothing should (a bug, a hook):
+        an error result, so the request still ends through :meth:`finish`."""
+        logger.error(
+            "Routing request %s failed unexpectedly (%s); recorded as an error.",
+            self.request_id,
+            type(exc).__name__,
+            exc_info=(type(exc), exc, exc.__traceback__),
+        )
+        last = self.walk.attempts[-1] if self.walk.attempts else None
+        return ProviderResult(
+            provider=last.provider if last else "",
+            model=last.model if last else "",
+            mode="error",
+            status="error",
+            error=ResponseError(
+                f"The router failed unexpectedly ({type(exc).__name__})."
+            ).to_info(),
+        )
+
+    def finish(
+        self, final: ProviderResult, fallback_reason: str | None, *, persist: bool
+    ) -> Steps[RoutingResult]:
+        """The one exit of every request that reached the walk (both drivers, stream or
+        not): record the decision (``Record``: inline, spooled, or queued for the
+        write-behind writer), then announce it (``request_routed``: the budget's
+        settlement with the usage the upstream reported and the release of the place in
+        flight, metrics, traces). Exactly once: a second call returns the first's
+        result. Nothing raised before or inside it stops it: a recording failure (the
+        recorder, an encoding error) is logged and the request is still announced (so
+        still charged); a receiver that raises is logged (:func:`signals.send`); a
+        client gone or a cancellation during the record still announces it."""
+        if self.routed is not None:
+            return self.routed
+        plan = self.plan
+        try:
+            final = sanitized(final, self.request)
+        except Exception as exc:  # never lose the exit to the filter: a bare error then
+            final = self.failed(exc)
+        metadata = RoutingMetadata(
+            request_id=self.request_id,
+            router_mode=plan.router_mode,
+            route=self.request.route,
+            rule=plan.rule,
+            chain_name=plan.chain_name,
+            requested_provider=plan.requested_provider,
+            selected_provider=final.provider,
+            chain=plan.names,
+            attempts=tuple(self.walk.attempts),
+            fallback_used=fallback_reason is not None,
+            fallback_reason=fallback_reason,
+        )
+        routed = self.routed = RoutingResult(
+            request_id=self.request_id,
+            result=final,
+            metadata=metadata,
+            total_latency_ms=(time.perf_counter() - self.started) * 1000,
+        )
+        announce = Announce(self.request, routed)
+        try:
+            if persist:
+                try:
+                    yield Record(self.request, routed)
+                except Exception as exc:  # then the write-behind queue (or its spool)
+                    logger.error(
+                        "Could not record routing decision %s inline (%s); queued.",
+                        self.request_id,
+                        type(exc).__name__,
+                    )
+                    recorder.submit(self.request, routed)  # never raises
+        except BaseException:  # torn down at the record (ClientGone): queue, announce
+            if persist:
+                recorder.submit(self.request, routed)  # idempotent: request_id is unique
+            announce.run(Context())
+            raise
+        logger.info(
+            "routed request_id=%s task=%s mode=%s selected=%s status=%s fallback=%s",
+            self.request_id,
+            self.request.task,
+            plan.router_mode,
+            final.provider,
+            final.status,
+            fallback_reason,
+        )
+        try:
+            yield announce
+        except Exception:  # the effect failed: send it here, synchronously
+            announce.run(Context())
+        except BaseException:  # torn down at the announcement: send it here
+            announce.run(Context())
+            raise
+        return routed
+
+
+def _route(request: AuditRequest, request_id: str | None, persist: bool) -> Steps[RoutingResult]:
+    """The whole of :func:`route` / :func:`aroute`."""
+    started = time.perf_counter()
+    session = _Session(request, (yield Setup(request)), request_id=request_id, started=started)
+    try:
+        final, fallback_reason = yield from session.run(session.call)
+    except ClientGone:  # cancelled (async driver): the decision is still recorded
+        yield from session.finish(session.gone(), None, persist=persist)
+        raise
+    except Exception as exc:  # a bug or a hook: still one exit, and no 500
+        final, fallback_reason = session.failed(exc), None
+    return (yield from session.finish(final, fallback_reason, persist=persist))
+
+
+def route(
+    request: AuditRequest,
+    *,
+    request_id: str | None = None,
+    sleeper: Sleeper | None = None,
+    persist: bool = True,
+) -> RoutingResult:
+    """Route one request and record it. Never raises on a well-formed request."""
+    return effects.run(_route(request, request_id, persist), sleeper=sleeper)
+
+
+async def aroute(
+    request: AuditRequest,
+    *,
+    request_id: str | None = None,
+    sleeper: AsyncSleeper | None = None,
+    persist: bool = True,
+) -> RoutingResult:
+    """:func:`route` for the event loop (the same walk, driven with awaits);
+    ``sleeper`` is an async callable. Cancelled, it still records the decision."""
+    return await effects.arun(_route(request, request_id, persist), sleeper=sleeper)
