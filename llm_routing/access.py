@@ -11,23 +11,28 @@
 * Staff users and superusers hold both permissions. A request without a
   :class:`~llm_routing.types.Principal` (the Python API, management commands) is trusted.
 
-The API layer turns a refusal into a 403 (:func:`refusal`); the router skips a candidate
-the caller may not use as ``not_allowed`` (:func:`denied_candidates`). Both read the
+The API layer turns a refusal into a 403 for a permission the caller lacks, or the 404
+of a name that does not exist for a chain or provider they may not see
+(:func:`refusal`); a routing rule whose chain they may not use does not apply to them
+(:meth:`~llm_routing.snapshot.ConfigSnapshot.first_matching_rule`); the router skips a
+candidate they may not use as ``not_allowed`` (:func:`denied_candidates`). All read the
 config snapshot (:mod:`llm_routing.snapshot`), not the chain rows.
 
 Who sees what (docs/operations.md, "Who sees what") is decided by one function,
 :func:`may_see`: a :class:`Viewer` (a caller, or an operator: staff, a superuser, a
 holder of ``METRICS_TOKEN``) may see a chain, a route key or a provider name only when
 they may use it, and the operations view (every provider row, its key presence and
-circuit) only as an operator. Explain, ``/health/``, ``/v1/models`` and ``/v1`` errors
-all ask it; what a caller may not see answers exactly as what does not exist.
+circuit) only as an operator. Explain, ``/health/``, ``/v1/models``, ``/v1`` errors and
+``/audit/``'s refusals all ask it; what a caller may not see answers exactly as what
+does not exist, and the caller's copy of a decision leaves it out
+(:func:`visible_routed`; the decision row keeps everything).
 """
 
 from __future__ import annotations
 
 import hmac
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from django.db.models import Q, QuerySet
@@ -35,13 +40,14 @@ from django.db.models import Q, QuerySet
 from .conf import routing_settings
 from .models import Chain
 from .snapshot import ConfigSnapshot, current
-from .types import MOCK_PROVIDER_NAME, AuditRequest, Principal
+from .types import MOCK_PROVIDER_NAME, AuditRequest, Principal, RoutingResult
 
 __all__ = [
     "FORCE_PERMISSION",
     "NOBODY",
     "ROUTE_ANY_PERMISSION",
     "TRUSTED",
+    "Refusal",
     "Viewer",
     "allowed_chains",
     "chain_allowed",
@@ -51,7 +57,9 @@ __all__ = [
     "principal_for",
     "provider_allowed",
     "refusal",
+    "unseen",
     "viewer_for",
+    "visible_routed",
 ]
 
 FORCE_PERMISSION = "llm_routing.force_provider"
@@ -131,29 +139,53 @@ def provider_allowed(
     )
 
 
-def refusal(request: AuditRequest, config: ConfigSnapshot | None = None) -> str | None:
-    """Why this caller may not make this request (the 403's reason), or None."""
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """Why a caller may not make a request: ``status`` 403 (a permission they lack,
+    whatever they named) or 404 (a name they may not see, answered as one that does
+    not exist), a machine-readable ``code`` and the words."""
+
+    status: int
+    code: str
+    message: str
+
+
+def refusal(
+    request: AuditRequest, viewer: Viewer | None = None, config: ConfigSnapshot | None = None
+) -> Refusal | None:
+    """Why this caller may not make this request (:class:`Refusal`), or None.
+
+    First the permission to force a provider (a 403 for any name, so it tells nothing
+    of names); then a ``chain`` that does not exist, and every name the request gives —
+    ``chain``, ``force_provider``, ``provider`` — that ``viewer`` (default: the
+    request's principal, not an operator) may not see (:func:`may_see`), is the same
+    404 in the same words, so names cannot be enumerated."""
     principal = request.principal
     if principal is None:
         return None
+    viewer = viewer if viewer is not None else Viewer(principal=principal)
     config = config or current()
-    if request.force_provider:
-        if not principal.can_force_provider:
-            return f"Forcing a provider needs the {FORCE_PERMISSION} permission."
-        if not provider_allowed(request.force_provider, principal, config):
-            return _outside(request.force_provider)
-    if request.chain and not chain_allowed(request.chain, principal, config):
-        return f"You may not use the chain {request.chain!r}."
-    if request.provider and not provider_allowed(request.provider, principal, config):
-        return _outside(request.provider)
+    if request.force_provider and not principal.can_force_provider:
+        return Refusal(
+            403,
+            "permission_denied",
+            f"Forcing a provider needs the {FORCE_PERMISSION} permission.",
+        )
+    chain = request.chain
+    if chain and (
+        config.chain(chain) is None or not may_see(viewer, "chain", chain, config=config)
+    ):
+        return Refusal(404, "unknown_chain", unseen("chain", chain))
+    for name in (request.force_provider, request.provider):
+        if name and not may_see(viewer, "provider", name, config=config):
+            return Refusal(404, "unknown_provider", unseen("provider", name))
     return None
 
 
-def _outside(name: str) -> str:
-    return (
-        f"The provider {name!r} is in no chain you may use; naming it needs the "
-        f"{ROUTE_ANY_PERMISSION} permission."
-    )
+def unseen(what: Literal["chain", "provider"], name: str) -> str:
+    """The words of a 404 for a chain or provider that does not exist or that the
+    caller may not use: the same for both."""
+    return f"No {what} {name!r} that you may use."
 
 
 def denied_candidates(
@@ -248,9 +280,11 @@ def may_see(
 
     Trusted code and operators see everything. A caller sees a chain they may use
     (:func:`chain_allowed`), a provider they may name (:func:`provider_allowed`; the mock
-    always), and a route key from ``ROUTES`` or whose rules (those matching ``task``,
-    when given) all lead to chains they may use; never ``operations``. A name that does
-    not exist is not seen either, so "absent" and "not yours" answer alike."""
+    always), and a route key from ``ROUTES`` or with a rule (one matching ``task``,
+    when any does) leading to a chain they may use — a rule leading elsewhere does not
+    apply to them (:meth:`~llm_routing.snapshot.ConfigSnapshot.first_matching_rule`);
+    never ``operations``. A name that does not exist is not seen either, so "absent"
+    and "not yours" answer alike."""
     principal = viewer.principal
     if principal is None or viewer.operator:
         return True
@@ -264,9 +298,64 @@ def may_see(
         if name != MOCK_PROVIDER_NAME and config.provider(name) is None:
             return False
         return provider_allowed(name, principal, config)
+    if name in (routing_settings.ROUTES or {}):
+        return True
     keyed = [r for r in config.rules if r.route == name]
-    if not keyed:
-        return name in (routing_settings.ROUTES or {})
-    if task is not None:
-        keyed = [r for r in keyed if r.matches(task=task, route=name)]
-    return all(r.chain.allows(principal) for r in keyed)
+    matching = [r for r in keyed if task is None or r.matches(task=task, route=name)]
+    return any(r.chain.allows(principal) for r in matching or keyed)
+
+
+def visible_routed(
+    routed: RoutingResult, viewer: Viewer, config: ConfigSnapshot | None = None
+) -> RoutingResult:
+    """``routed`` as ``viewer`` may see it: the caller's copy of a decision (the
+    ``/audit/`` envelope and its stream's ``result``, an async job's result, the
+    ``/v1`` routing headers). The decision row keeps everything, for operators.
+
+    A candidate skipped as ``not_allowed`` and any provider ``viewer`` may not see
+    (:func:`may_see`) are left out — of ``attempts``, ``skipped_providers`` and the
+    ``chain`` list — as if the chain did not hold them, so the caller learns no name
+    outside what they may use, not even that such a candidate was there; a chain they
+    may not see (and its rule) is not named; ``fallback_reason`` is then the first
+    reason among what is shown (``chain_exhausted`` stays); an error result from a
+    provider they may not see names no provider. Operators and trusted code see it
+    whole."""
+    if viewer.principal is None or viewer.operator:
+        return routed
+    config = config or current()
+    meta = routed.metadata
+
+    def shown(name: str) -> bool:
+        return may_see(viewer, "provider", name, config=config)
+
+    attempts = tuple(a for a in meta.attempts if a.reason != "not_allowed" and shown(a.provider))
+    chain_name, rule = meta.chain_name, meta.rule
+    if chain_name and config.chain(chain_name) is not None:
+        if not may_see(viewer, "chain", chain_name, config=config):
+            chain_name, rule = None, None
+    fallback_reason = meta.fallback_reason
+    if len(attempts) != len(meta.attempts) and fallback_reason != "chain_exhausted":
+        fallback_reason = next((a.reason for a in attempts if not a.served), None)
+    result = routed.result
+    if result.provider and not shown(result.provider):
+        result = replace(result, provider="", model="")
+    dropped = {a.provider for a in meta.attempts if a.reason == "not_allowed"}
+    chain = tuple(n for n in meta.chain if n not in dropped and shown(n))
+    if (chain, attempts, chain_name, result) == (
+        meta.chain,
+        meta.attempts,
+        meta.chain_name,
+        routed.result,
+    ):
+        return routed  # nothing to hide: the decision as it is
+    metadata = replace(
+        meta,
+        chain_name=chain_name,
+        rule=rule,
+        selected_provider=result.provider,
+        chain=chain,
+        attempts=attempts,
+        fallback_used=fallback_reason is not None,
+        fallback_reason=fallback_reason,
+    )
+    return replace(routed, result=result, metadata=metadata)

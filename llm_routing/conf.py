@@ -48,6 +48,9 @@ DEFAULTS: dict[str, Any] = {
     "MAX_OUTPUT_TOKENS": 32_768,
     # A client's max_tokens / max_completion_tokens above this is refused with 400.
     "MAX_OUTPUT_TOKENS_LIMIT": 1_048_576,
+    # Most tokens an upstream may report for one count of one answer (input or output):
+    # a larger count is counted as this, with a warning (llm_routing.providers.usage).
+    "MAX_REPORTED_TOKENS": 10_000_000,
     # --- routing -------------------------------------------------------------------
     # Provider names used when the database has no default chain.
     "DEFAULT_CHAIN": [],

@@ -41,7 +41,7 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from . import pricing
-from .access import principal_for
+from .access import principal_for, viewer_for, visible_routed
 from .conf import routing_settings
 from .models import AuditJob
 from .recorder import record
@@ -224,7 +224,8 @@ def run_job(job_id: uuid.UUID | str) -> RunOutcome:
                 pk=job.pk, status=AuditJob.Status.RUNNING, claim_token=token
             ).update(
                 status=AuditJob.Status.DONE,
-                result=pricing.envelope(routed),
+                # What its owner may see (access.visible_routed); the row keeps all.
+                result=pricing.envelope(routed, visible_routed(routed, viewer_for(job.owner))),
                 payload=None,
                 request_id=job.pk,
                 finished_at=now,

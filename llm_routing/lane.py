@@ -22,9 +22,10 @@ permissions, throttles, budgets, body limits, validation, router, records and er
 envelopes, through the same functions. What it leaves out is Django's request cycle
 around that call: the handler's ``get_response``, the ``MIDDLEWARE`` chain, URL
 resolution per request and the ``request_started`` / ``request_finished`` signals.
-The app's own per-request steps are done here instead: the request id and the W3C
-``traceparent`` (:class:`~llm_routing.middleware.RequestIdMiddleware` wraps the view,
-as it does in ``MIDDLEWARE``), the budgets' end-of-request release
+The app's own per-request steps are done here instead: the ``django.request`` line of
+a 4xx or 5xx answer (Django's ``log_response``, as its handler writes it), the request
+id and the W3C ``traceparent`` (:class:`~llm_routing.middleware.RequestIdMiddleware`
+wraps the view, as it does in ``MIDDLEWARE``), the budgets' end-of-request release
 (:func:`llm_routing.budgets.forget`), and the database hygiene of every worker-thread
 hop (``close_old_connections`` before and after, :func:`llm_routing.api.base.in_thread`;
 the event loop's thread never holds a connection). docs/production.md says what a host
@@ -52,6 +53,9 @@ from django.core.handlers.exception import response_for_exception
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, StreamingHttpResponse
 from django.http.response import HttpResponseBase
 from django.urls import NoReverseMatch, get_script_prefix, resolve, reverse
+from django.utils.log import log_response
+
+from .logging import bound_request_id
 
 __all__ = ["LANE_ROUTES", "lane", "lane_paths", "register"]
 
@@ -203,6 +207,18 @@ async def _answer(view: View, request: HttpRequest, send: Send) -> None:
             response = await view(request)
         except Exception as exc:  # what Django's handler answers (400/500, logged, signal)
             response = response_for_exception(request, exc)
+        if response.status_code >= 400:  # as Django's handler logs every answer it gives
+            # ("Internal Server Error: /v1/…" at ERROR on django.request for a 5xx, a
+            # WARNING for a 4xx; the path only, never the body), under the answer's
+            # request id. Once: an answer from response_for_exception is logged already.
+            with bound_request_id(response.get("X-Request-ID") or "-"):
+                log_response(
+                    "%s: %s",
+                    response.reason_phrase,
+                    request.path,
+                    response=response,  # type: ignore[arg-type]  # a stream too, as Django's
+                    request=request,
+                )
         try:
             await _send_response(response, send)
         except OSError:  # the server's socket went away mid-send: nothing more to send

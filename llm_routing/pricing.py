@@ -270,16 +270,17 @@ def _number(value: Decimal | None) -> float | None:
     return None if value is None else float(value)
 
 
-def envelope(routed: RoutingResult) -> dict[str, Any]:
+def envelope(routed: RoutingResult, shown: RoutingResult | None = None) -> dict[str, Any]:
     """``routed.to_dict()`` with ``cost_usd`` (a JSON number, or null when unknown) in
     ``routing_metadata`` / ``diagnostics`` and on each listed attempt — the shape of
-    ``POST /audit/``'s answer, its stream's ``result`` event and a job's result."""
-    body = routed.to_dict()
+    ``POST /audit/``'s answer, its stream's ``result`` event and a job's result.
+    ``shown``: the copy of ``routed`` the caller may see
+    (:func:`llm_routing.access.visible_routed`), priced from ``routed`` itself."""
+    body = (shown or routed).to_dict()
     cost = costs(routed)
+    by_index = {a.index: c for a, c in zip(routed.metadata.attempts, cost.attempts, strict=True)}
     attempted = [
-        c
-        for a, c in zip(routed.metadata.attempts, cost.attempts, strict=True)
-        if a.outcome != "skipped"
+        by_index.get(a.index) for a in (shown or routed).metadata.attempts if a.outcome != "skipped"
     ]
     for key in ("routing_metadata", "diagnostics"):
         meta = dict(body[key])

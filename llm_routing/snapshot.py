@@ -158,9 +158,17 @@ class ConfigSnapshot:
         """The provider rows among ``names`` (unknown names are left out)."""
         return {n: row for n in names if (row := self.providers.get(n)) is not None}
 
-    def first_matching_rule(self, *, task: str, route: str | None) -> RuleSpec | None:
+    def first_matching_rule(
+        self, *, task: str, route: str | None, principal: Principal | None = None
+    ) -> RuleSpec | None:
+        """The first enabled rule matching ``task`` and ``route`` whose chain
+        ``principal`` may use (any, for None: trusted code). A rule leading to a chain
+        the caller may not use does not apply to them: they are routed as if it did
+        not exist (docs/operations.md, "Who sees what")."""
         for rule in self.rules:
-            if rule.matches(task=task, route=route):
+            if rule.matches(task=task, route=route) and (
+                principal is None or rule.chain.allows(principal)
+            ):
                 return rule
         return None
 

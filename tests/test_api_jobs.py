@@ -155,3 +155,15 @@ def test_async_keeps_the_named_chain(alice: Any) -> None:
     data = client.get(job["status_url"]).json()
     assert data["routing_metadata"]["chain_name"] == "other", data["routing_metadata"]
     assert data["routing_metadata"]["router_mode"] == "chain"
+
+
+def test_the_202_carries_the_decisions_request_id(alice: Any) -> None:
+    """The 202's ``X-Request-ID`` is the id of the job's decision row (the job's id),
+    not the HTTP request's own id, which no row carries."""
+    response = _client(alice).post("/audit/", BODY, format="json")
+    assert response.status_code == 202
+    job_id = response.json()["job_id"]
+    decision = RoutingDecision.objects.get()  # eager Celery routed it before the answer
+    assert response["X-Request-ID"] == str(decision.request_id) == job_id
+    polled = _client(alice).get(response["Location"])
+    assert polled["X-Request-ID"] == job_id

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import re
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -470,3 +471,35 @@ def test_a_session_caller_is_django_paths_only(user: Any, two: Callable[[], None
 
         statuses[served] = asyncio.run(go())
     assert statuses == {"django": 200, "lane": 401}
+
+
+def test_the_lane_logs_an_error_answer_as_djangos_handler_does(
+    token: str, two: Callable[[], None], fake_upstream: FakeUpstream, monkeypatch: Any
+) -> None:
+    """A /v1 5xx (every candidate down: 503) is an ERROR line on ``django.request``
+    ("Service Unavailable: /v1/chat/completions") on both paths alike: the same logger,
+    level, words and status, the path and never the body. (A 4xx is Django's WARNING,
+    which the project's LOGGING leaves out on both.)"""
+    records: list[logging.LogRecord] = []
+    call_handlers = logging.Logger.callHandlers
+
+    def spy(self: logging.Logger, record: logging.LogRecord) -> None:
+        # On the class: building the ASGI application reconfigures logging (django.setup).
+        if record.name == "django.request":
+            records.append(record)
+        call_handlers(self, record)
+
+    monkeypatch.setattr(logging.Logger, "callHandlers", spy)
+    logged: dict[str, list[tuple[str, str, Any]]] = {}
+    for served in SERVED:
+        breaker.store.reset("first", "first-model")
+        breaker.store.force_open("second", "second-model", 60)
+        fake_upstream.script("openai", Faults.unavailable("openai"))  # first: down
+        records.clear()
+        down, refused = send(served, token, post(CHAT)), send(served, None, post(CHAT))
+        assert [down[0].status_code, refused[0].status_code] == [503, 401]
+        logged[served] = [
+            (r.levelname, r.getMessage(), getattr(r, "status_code", None)) for r in records
+        ]
+    assert logged["lane"] == logged["django"]
+    assert logged["lane"] == [("ERROR", f"Service Unavailable: {URL}", 503)]

@@ -1,9 +1,11 @@
 """Issue 22, finding 4 — a caller sees only what they may use (``access.may_see``):
-explain, ``/health/``, ``/v1/models`` and ``/v1`` errors answer "not yours" exactly as
-"does not exist". Over real HTTP to the fake upstream (tests/fakes/upstream.py)."""
+explain, ``/health/``, ``/v1/models``, ``/v1`` errors and ``POST /audit/`` (its
+refusals and its ``routing_metadata``) answer "not yours" exactly as "does not exist".
+Over real HTTP to the fake upstream (tests/fakes/upstream.py)."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -95,8 +97,8 @@ def test_explain_of_a_route_or_provider_i_may_not_use_names_nothing_of_it(
     assert route.status_code == 200
     body = route.json()
     assert hidden(route.content.decode().replace('"gold"', ""))
-    assert [c["provider"] for c in body["candidates"]] == ["mock"]
-    assert body["chain_name"] is None and body["rule"] is None
+    assert [c["provider"] for c in body["candidates"]] == ["pub", "mock"]  # no rule: default
+    assert body["router_mode"] == "default" and body["rule"] is None
 
     # A provider I may not use reads exactly as one that does not exist.
     mine, absent = (
@@ -183,6 +185,7 @@ def test_a_503_names_no_provider_i_may_not_use(
         error = resp.json()["error"]
         assert [c["provider"] for c in error["candidates"]] == ["pub"]
         assert hidden(resp.content.decode())
+        assert hidden(" ".join(f"{k}: {v}" for k, v in resp.items())), dict(resp.items())
     fake_upstream.script("openai", Faults.unavailable("openai"), Faults.unavailable("openai"))
     seen = staff.post("/v1/chat/completions", body, "json")  # staff may use both
     assert seen.status_code == 503
@@ -206,3 +209,150 @@ def test_both_faces_answer_absent_and_not_yours_alike(
     assert_same(sync, asynch, status=200)
     assert asynch.json() == {"status": "ok", "cache": "ok"}
     assert fake_upstream.requests == []
+
+
+# --- explain: a rule I may not use is no rule ----------------------------------------------
+
+
+def test_explain_answers_a_rule_i_may_not_use_as_no_rule(
+    api: APIClient, user: Any, staff: APIClient, rows: dict[str, Provider]
+) -> None:
+    """A route key or a task glob whose rule leads to a chain the caller may not use
+    explains exactly as a route key or task no rule matches (``router_mode`` default,
+    the default chain) — and /audit/ routes it so."""
+    RoutingRule.objects.create(
+        name="secret-tasks", task_glob="secret-*", chain=Chain.objects.get(name="premium")
+    )
+
+    def explained(client: APIClient, **query: str) -> dict[str, Any]:
+        resp = client.get("/audit/explain/", {"task": "t", **query})
+        assert resp.status_code == 200
+        return dict(resp.json())
+
+    assert explained(api, route="gold") == explained(api, route="nowhere")
+    assert explained(api, task="secret-plan") == explained(api, task="plain-plan")
+    assert explained(api, route="gold")["router_mode"] == "default"
+
+    gold, nowhere = (
+        api.post("/audit/", {"task": "t", "input_text": "x", "route": r}, "json").json()
+        for r in ("gold", "nowhere")
+    )
+    for body in (gold, nowhere):
+        meta = body["routing_metadata"]
+        assert (meta["router_mode"], meta["chain_name"], body["result"]["provider"]) == (
+            "default",
+            "main",
+            "pub",
+        )
+    assert hidden(json.dumps(gold))
+    for allowed in (staff, member(user)):  # for them the rules apply
+        assert explained(allowed, route="gold")["rule"] == "to-premium"
+        assert explained(allowed, task="secret-plan")["rule"] == "secret-tasks"
+
+
+# --- POST /audit/ ----------------------------------------------------------------------------
+
+
+def test_audit_answers_absent_and_not_yours_alike(
+    user: Any, rows: dict[str, Provider], fake_upstream: FakeUpstream
+) -> None:
+    """A provider (``provider``, ``force_provider`` with the permission to force) or a
+    chain the caller may not use is the 404 of one that does not exist — the same
+    status, code and words, sync, stream or async — where it was a 403 naming it.
+    Forcing without the permission is a 403 whatever the name."""
+    from django.contrib.auth.models import Permission
+
+    user.user_permissions.add(Permission.objects.get(codename="force_provider"))
+    forcer = client_for(type(user).objects.get(pk=user.pk))
+    base = {"task": "t", "input_text": "x"}
+    shapes = set()
+    for field, names in (
+        ("provider", ("vip", "lone", "ghost")),
+        ("force_provider", ("vip", "lone", "ghost")),
+        ("chain", ("premium", "nowhere")),
+    ):
+        for name in names:
+            for extra in ({}, {"stream": True}, {"async": True}):
+                resp = forcer.post("/audit/", {**base, field: name, **extra}, "json")
+                assert resp.status_code == 404, (field, name, extra)
+                text = resp.json()["detail"].replace(repr(name), "X")
+                shapes.add((field == "chain", text))
+                assert hidden(resp.content.decode().replace(repr(name), ""))
+    assert shapes == {
+        (False, "No provider X that you may use."),
+        (True, "No chain X that you may use."),
+    }
+    assert fake_upstream.requests == [] and RoutingDecision.objects.count() == 0
+    bob = client_for(type(user).objects.create_user("bob", "b@x.io", "pw"))
+    for name in ("vip", "ghost", "pub"):  # no permission to force: 403, whatever the name
+        resp = bob.post("/audit/", {**base, "force_provider": name}, "json")
+        assert resp.status_code == 403 and "force_provider" in resp.json()["detail"]
+
+
+def test_audit_metadata_names_no_provider_i_may_not_use(
+    api: APIClient,
+    user: Any,
+    staff: APIClient,
+    rows: dict[str, Provider],
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    """The default chain (``vip``, then ``pub``) is limited: the walk skips both as
+    ``not_allowed`` and the mock answers. The caller's envelope (sync, stream result,
+    async job) leaves the skips out — ``pub``'s too, a provider they may name, so not
+    even the chain's limit shows — and names neither provider nor chain; the decision
+    row keeps them for operators; staff see it whole."""
+    Chain.objects.filter(name="main").update(is_default=False)
+    Chain.objects.filter(name="premium").update(is_default=True)
+    ChainEntry.objects.create(chain=Chain.objects.get(name="premium"), provider=rows["pub"],
+                              position=1)  # fmt: skip
+    base = {"task": "t", "input_text": "x"}
+
+    whole = api.post("/audit/", base, "json")
+    streamed = api.post("/audit/", {**base, "stream": True}, "json")
+    text = b"".join(streamed.streaming_content).decode()  # type: ignore[attr-defined]
+    result = json.loads(text.split("event: result\ndata: ", 1)[1].split("\n\n", 1)[0])
+    with django_capture_on_commit_callbacks(execute=True):  # jobs are queued on commit
+        job = api.post("/audit/", {**base, "async": True}, "json")
+    assert job.status_code == 202
+    polled = api.get(job["Location"]).json()
+    for body in (whole.json(), result, polled):
+        assert body["result"]["provider"] == "mock"
+        meta = body["routing_metadata"]
+        assert meta["skipped_providers"] == [] and meta["chain"] == ["mock"]
+        assert meta["chain_name"] is None and meta["fallback_reason"] is None
+        assert hidden(json.dumps(body)), body
+    for body in (whole.json(), result, polled):
+        assert "pub" not in json.dumps(body["routing_metadata"])
+    decision = RoutingDecision.objects.get(request_id=whole.json()["request_id"])
+    assert list(decision.attempts.values_list("provider", "reason")) == [
+        ("vip", "not_allowed"),
+        ("pub", "not_allowed"),
+        ("mock", ""),
+    ]
+    assert decision.chain_name == "premium"
+
+    explained = api.get("/audit/explain/", {"task": "t"}).json()  # what /audit/ shows
+    assert [c["provider"] for c in explained["candidates"]] == ["mock"]
+    assert explained["chain_name"] is None and hidden(json.dumps(explained))
+    seen = staff.post("/audit/", base, "json").json()  # staff may use the chain
+    assert seen["result"]["provider"] == "vip"
+    assert seen["routing_metadata"]["chain_name"] == "premium"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_audit_hides_alike_on_both_faces(user: Any, rows: dict[str, Provider]) -> None:
+    """The ASGI face (admitted on the event loop) answers /audit/ as the WSGI one: the
+    same 404 for a provider I may not use, the same envelope without the skip."""
+    from tests.test_api_async import assert_same, both_faces
+
+    token = f"Token {Token.objects.create(user=user).key}"
+    body = {"task": "t", "input_text": "x", "provider": "vip"}
+    sync, asynch = both_faces("post", "/audit/", body, token=token)
+    assert_same(sync, asynch, status=404)
+    Chain.objects.filter(name="main").update(is_default=False)
+    Chain.objects.filter(name="premium").update(is_default=True)
+    sync, asynch = both_faces("post", "/audit/", {"task": "t", "input_text": "x"}, token=token)
+    assert (sync.status_code, asynch.status_code) == (200, 200)
+    for resp in (sync, asynch):
+        meta = json.loads(resp.content)["routing_metadata"]
+        assert meta["skipped_providers"] == [] and hidden(resp.content.decode())

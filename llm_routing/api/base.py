@@ -26,7 +26,7 @@ from django.http import HttpRequest, HttpResponse
 from django.http.response import HttpResponseBase
 from django.utils.module_loading import import_string
 from rest_framework.authentication import BaseAuthentication
-from rest_framework.exceptions import PermissionDenied
+from rest_framework.exceptions import NotFound, PermissionDenied
 from rest_framework.permissions import AllowAny, BasePermission, IsAuthenticated
 from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
@@ -35,7 +35,7 @@ from rest_framework.throttling import BaseThrottle
 from rest_framework.views import APIView
 
 from .. import seams, snapshot
-from ..access import principal_for, refusal
+from ..access import principal_for, refusal, viewer_for
 from ..conf import routing_settings
 from ..types import AuditRequest, Principal
 from .authentication import TokenAuthentication
@@ -188,12 +188,16 @@ class RoutingAPIView(APIView):
         return [import_string(p)() for p in routing_settings.API_THROTTLE_CLASSES]
 
     def authorize(self, request: Request, audit_request: AuditRequest) -> AuditRequest:
-        """The request carrying its caller's identity; 403 with the reason when the
-        caller may not route where it asks (docs/operations.md)."""
+        """The request carrying its caller's identity; 403 with the reason for a
+        permission the caller lacks, the 404 of a name that does not exist for a chain
+        or provider they may not see (:func:`llm_routing.access.refusal`;
+        docs/operations.md)."""
         audit_request = replace(audit_request, principal=principal_for(request.user))
-        reason = refusal(audit_request)
-        if reason is not None:
-            raise PermissionDenied(reason)
+        refused = refusal(audit_request, viewer_for(request.user))
+        if refused is not None and refused.status == 404:  # a name they may not see
+            raise NotFound(refused.message, code=refused.code)
+        if refused is not None:
+            raise PermissionDenied(refused.message)
         if self._inline:
             self._principal = audit_request.principal  # counted by adispatch, async
         else:

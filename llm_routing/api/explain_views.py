@@ -98,8 +98,10 @@ def visible_explanation(
 ) -> dict[str, object]:
     """``explanation.to_dict()`` as ``viewer`` may see it (:func:`access.may_see`): a
     candidate they may not see is left out — or, when they named it themselves, shown
-    exactly as a provider that does not exist — and a chain or rule they may not see is
-    not named. Positions are renumbered, so a left-out candidate leaves no gap."""
+    exactly as a provider that does not exist — and so is one the walk would skip as
+    ``not_allowed`` that they did not name (as :func:`access.visible_routed` leaves it
+    out of their answer); a chain or rule they may not see is not named. Positions are
+    renumbered, so a left-out candidate leaves no gap."""
     data = explanation.to_dict()
     if viewer.principal is None or viewer.operator:
         return data
@@ -107,12 +109,15 @@ def visible_explanation(
     named = {explanation.plan.requested_provider}
     shown: list[CandidateExplanation] = []
     for c in explanation.candidates:
-        if may_see(viewer, "provider", c.provider, config=config):
-            shown.append(c)
-        elif c.provider in named:  # the caller's own word: answered as an unknown name
+        visible = may_see(viewer, "provider", c.provider, config=config)
+        if c.provider in named:  # the caller's own word: shown, or as an unknown name
             shown.append(
-                CandidateExplanation(c.position, c.provider, "", "skip", "unknown_provider")
+                c
+                if visible
+                else CandidateExplanation(c.position, c.provider, "", "skip", "unknown_provider")
             )
+        elif visible and c.reason != "not_allowed":  # as the caller's copy of a decision
+            shown.append(c)
     shown = [replace(c, position=i) for i, c in enumerate(shown)]
     chain = explanation.plan.chain_name
     if (

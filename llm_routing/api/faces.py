@@ -182,7 +182,7 @@ class Face:
         """The routed error; a 503 names only the candidates ``viewer`` may see."""
         problem = routed_problem(routed, viewer)
         return Response(
-            self.error_body(problem), status=problem.status, headers=routing_headers(routed)
+            self.error_body(problem), status=problem.status, headers=routing_headers(routed, viewer)
         )
 
 

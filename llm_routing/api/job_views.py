@@ -51,7 +51,10 @@ def job_representation(request: Request, job: AuditJob) -> dict[str, Any]:
 
 
 def submit_job(request: Request, validated: dict[str, Any]) -> Response:
-    """Create the job, queue it, answer 202 with its id and status URL."""
+    """Create the job, queue it, answer 202 with its id and status URL. Its
+    ``X-Request-ID`` is the id its decision row will carry (the job's id:
+    :func:`llm_routing.jobs.run_job` routes it under that id), not the id of this
+    HTTP request, so one id follows the job from the 202 to the decision."""
     user = request.user
     if user is None or not user.is_authenticated:
         raise NotAuthenticated("Async jobs need an authenticated user.")
@@ -61,7 +64,7 @@ def submit_job(request: Request, validated: dict[str, Any]) -> Response:
     return Response(
         {"job_id": str(job.pk), "status": job.status, "status_url": url},
         status=status.HTTP_202_ACCEPTED,
-        headers={"Location": url},
+        headers={"Location": url, "X-Request-ID": str(job.pk)},
     )
 
 

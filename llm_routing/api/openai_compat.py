@@ -382,7 +382,7 @@ def _error_response(routed: RoutingResult, viewer: Viewer = NOBODY) -> Response:
     return Response(
         error_body(problem.message, type_=type_, code=code, **problem.extra),
         status=problem.status,
-        headers=routing_headers(routed),
+        headers=routing_headers(routed, viewer),
     )
 
 

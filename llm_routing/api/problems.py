@@ -16,7 +16,7 @@ from typing import Any
 
 from rest_framework import exceptions
 
-from ..access import NOBODY, Viewer, may_see
+from ..access import NOBODY, TRUSTED, Viewer, visible_routed
 from ..types import RoutingResult
 from .budget_guard import BudgetRefused
 
@@ -110,30 +110,33 @@ def exception_problem(exc: exceptions.APIException, status_code: int) -> Problem
     return Problem(status_code, kind, message, code=code)
 
 
-def routing_headers(routed: RoutingResult) -> dict[str, str]:
+def routing_headers(routed: RoutingResult, viewer: Viewer = TRUSTED) -> dict[str, str]:
     """``X-Request-ID``, ``X-LLM-Provider`` and ``X-LLM-Attempts`` (every try of every
-    candidate that was not skipped) of a routed answer or error."""
-    attempts = [a for a in routed.metadata.attempts if a.outcome != "skipped"]
+    candidate that was not skipped) of a routed answer or error, as ``viewer`` may see
+    it (:func:`llm_routing.access.visible_routed`: an error's last candidate may be one
+    they may not use, skipped as ``not_allowed``; the header is then empty)."""
+    shown = visible_routed(routed, viewer)
+    attempts = [a for a in shown.metadata.attempts if a.outcome != "skipped"]
     return {
         "X-Request-ID": routed.request_id,
-        "X-LLM-Provider": routed.result.provider,
+        "X-LLM-Provider": shown.result.provider,
         "X-LLM-Attempts": str(sum(a.retries + 1 for a in attempts)),
     }
 
 
 def routed_problem(routed: RoutingResult, viewer: Viewer = NOBODY) -> Problem:
     """A routed request that got no answer: its status, and for an exhausted chain
-    every candidate ``viewer`` may see with its outcome and reason."""
+    every candidate ``viewer`` may see with its outcome and reason (never a
+    ``not_allowed`` skip: :func:`llm_routing.access.visible_routed`)."""
     err = routed.result.error
     category = err.category if err else "response"
     status_code, kind = CATEGORY_STATUS.get(category, (503, "unavailable"))
     message = err.message if err else "Every candidate failed."
     extra: dict[str, Any] = {}
-    if category == "chain_exhausted":
+    if category == "chain_exhausted":  # the caller's copy of the decision: access.visible_routed
         candidates = [
             {"provider": a.provider, "outcome": a.outcome, "reason": a.reason}
-            for a in routed.metadata.attempts
-            if may_see(viewer, "provider", a.provider)
+            for a in visible_routed(routed, viewer).metadata.attempts
         ]
         reasons = ", ".join(f"{c['provider']}: {c['reason']}" for c in candidates) or "none"
         message = f"No provider could answer (request {routed.request_id}; {reasons})."

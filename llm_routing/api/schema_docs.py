@@ -145,7 +145,9 @@ Use it from any HTTP client. Variants of the same request:
   parsed, validated object.
 
 Errors: 400 names the bad fields (unknown fields too); 401/403 without valid
-credentials; 413 for a body over the size cap; 429 when throttled or over a budget
+credentials; 403 for `force_provider` without its permission; 404 for a `chain`,
+`provider` or `force_provider` that does not exist or that you may not use (the same
+answer for both); 413 for a body over the size cap; 429 when throttled or over a budget
 (`budget`, `window`, `reset_at`; `Retry-After`).
 The raw input is never stored or logged — its length and SHA-256 only.
 """
@@ -287,8 +289,13 @@ AUDIT: dict[str, Any] = {
         401: OpenApiResponse(response=OpenApiTypes.OBJECT, description="Not authenticated."),
         403: OpenApiResponse(
             response=OpenApiTypes.OBJECT,
-            description="Not allowed to route there: the reason (docs/operations.md, "
-            "who may route where).",
+            description="A permission you lack (forcing a provider): the reason "
+            "(docs/operations.md, who may route where).",
+        ),
+        404: OpenApiResponse(
+            response=OpenApiTypes.OBJECT,
+            description="A chain or provider that does not exist or that you may not use "
+            "(the same answer for both).",
         ),
         413: OpenApiResponse(
             response=OpenApiTypes.OBJECT, description="The body is over `MAX_REQUEST_BYTES`."
@@ -404,6 +411,12 @@ AUDIT: dict[str, Any] = {
             "403",
             {"detail": "Forcing a provider needs the llm_routing.force_provider permission."},
             "force_provider without the permission",
+        ),
+        _response(
+            "Not found",
+            "404",
+            {"detail": "No provider 'premium-gpt' that you may use."},
+            "A provider that does not exist or that you may not use",
         ),
         _response(
             "Body too large", "413", {"detail": "Request body too large."}, "Over the size cap"

@@ -15,8 +15,8 @@ from rest_framework.authentication import BaseAuthentication
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from .. import pricing, snapshot
-from ..access import holds_operator_token, may_see, viewer_for
+from .. import pricing
+from ..access import Viewer, holds_operator_token, may_see, viewer_for, visible_routed
 from ..logging import current_request_id
 from ..models import Provider
 from ..resilience import breaker
@@ -24,7 +24,6 @@ from ..router import aroute_stream, route_stream
 from ..service import aexecute, execute
 from ..types import AuditRequest, RouterStreamEvent, RoutingResult, StreamChunk, StreamResult
 from .base import RoutingAPIView, in_thread
-from .explain_views import hidden_chain
 from .job_views import submit_job
 from .reuse import reused
 from .schema_docs import AUDIT, HEALTH, documented
@@ -49,30 +48,28 @@ class AuditView(SSENegotiationMixin, RoutingAPIView):
             audit_request = serializer.to_request()
             data = serializer.validated_data
             job = _Job(data) if data.get("async") else None
-        chain = audit_request.chain
-        if chain and (
-            snapshot.current().chain(chain) is None
-            or not may_see(viewer_for(request.user), "chain", chain)
-        ):
-            # Absent and not yours alike, as explain and /v1 answer (access.may_see).
-            raise hidden_chain(chain)
+        # A chain or provider the caller may not see is the 404 of one that does not
+        # exist, as explain and /v1 answer (authorize: access.refusal, access.may_see).
         audit_request = self.authorize(request, audit_request)
         return job or audit_request
 
     def answer(self, request: Request, admitted: AuditRequest | _Job) -> HttpResponseBase:
         if isinstance(admitted, _Job):
             return submit_job(request, admitted.data)  # 202
+        viewer = viewer_for(request.user)
         if admitted.stream:
             events = route_stream(admitted, request_id=current_request_id())
-            return sse_response(EventFrames(events, lambda e: (_audit_frame(e),)))
-        return _audit_response(execute(admitted, request_id=current_request_id()))
+            return sse_response(EventFrames(events, lambda e: (_audit_frame(e, viewer),)))
+        return _audit_response(execute(admitted, request_id=current_request_id()), viewer)
 
     async def aanswer(self, request: Request, admitted: AuditRequest | _Job) -> HttpResponseBase:
         if isinstance(admitted, _Job):  # a row and a broker message: off the loop
             return await in_thread(submit_job)(request, admitted.data)
+        viewer = viewer_for(request.user)
         if admitted.stream:
-            return sse_response(_aaudit_frames(admitted))
-        return _audit_response(await aexecute(admitted, request_id=current_request_id()))
+            return sse_response(_aaudit_frames(admitted, viewer))
+        routed = await aexecute(admitted, request_id=current_request_id())
+        return _audit_response(routed, viewer)
 
 
 class _Job(NamedTuple):
@@ -81,26 +78,32 @@ class _Job(NamedTuple):
     data: dict[str, Any]
 
 
-def _audit_response(routed: RoutingResult) -> Response:
-    return Response(pricing.envelope(routed), headers={"X-Request-ID": routed.request_id})
+def _audit_response(routed: RoutingResult, viewer: Viewer) -> Response:
+    """The envelope as the caller may see it (:func:`llm_routing.access.visible_routed`)."""
+    return Response(
+        pricing.envelope(routed, visible_routed(routed, viewer)),
+        headers={"X-Request-ID": routed.request_id},
+    )
 
 
-async def _aaudit_frames(audit_request: AuditRequest) -> AsyncIterator[bytes]:
+async def _aaudit_frames(audit_request: AuditRequest, viewer: Viewer) -> AsyncIterator[bytes]:
     events = aroute_stream(audit_request, request_id=current_request_id())
     async with closing_events(events) as events:
         async for event in events:
-            yield _audit_frame(event)
+            yield _audit_frame(event, viewer)
 
 
-def _audit_frame(event: RouterStreamEvent) -> bytes:
-    """``chunk`` (text delta) … then ``result`` (the envelope) or ``error``."""
+def _audit_frame(event: RouterStreamEvent, viewer: Viewer) -> bytes:
+    """``chunk`` (text delta) … then ``result`` (the envelope, as ``viewer`` may see
+    it) or ``error``."""
     if isinstance(event, StreamChunk):
         chunk: dict[str, Any] = {"text": event.text}
         if event.tool_call is not None:  # a fragment of a tool call (OpenAI's shape)
             chunk["tool_call"] = event.tool_call.to_dict()
         return sse(chunk, event="chunk")
     if isinstance(event, StreamResult):
-        return sse(pricing.envelope(event.routed), event="result")
+        shown = visible_routed(event.routed, viewer)
+        return sse(pricing.envelope(event.routed, shown), event="result")
     return sse(
         {
             "request_id": event.routed.request_id,

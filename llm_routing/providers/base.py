@@ -64,6 +64,7 @@ from ..types import (
 )
 from .classify import classify_http_error, from_httpx_exception, parse_retry_after
 from .streaming import MalformedEvent, StreamClock, StreamDecoder
+from .usage import reported_tokens
 
 __all__ = [
     "CAPABILITIES",
@@ -401,7 +402,8 @@ class HttpProvider(BaseProvider):
         if not isinstance(usage, dict):
             return None
         return Usage(
-            input_tokens=_int(usage.get(input_key)), output_tokens=_int(usage.get(output_key))
+            input_tokens=_int(usage.get(input_key), "input_tokens"),
+            output_tokens=_int(usage.get(output_key), "output_tokens"),
         )
 
     def send(
@@ -673,7 +675,10 @@ class HttpProvider(BaseProvider):
             status="ok",
             output=output,
             data=data,
-            usage=Usage(input_tokens=_int(input_tokens), output_tokens=_int(output_tokens)),
+            usage=Usage(
+                input_tokens=_int(input_tokens, "input_tokens"),
+                output_tokens=_int(output_tokens, "output_tokens"),
+            ),
             finish_reason=str(finish_reason) if finish_reason is not None else None,
             tool_calls=tool_calls,
         )
@@ -1074,8 +1079,10 @@ def validate_structured(text_or_data: Any, schema: Mapping[str, Any] | None) -> 
     return value
 
 
-def _int(value: object) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+def _int(value: object, field: str) -> int:
+    """A whole answer's token count (:func:`~llm_routing.providers.usage.reported_tokens`:
+    bounded), 0 when the upstream reported none that can be read."""
+    return reported_tokens(value, field=field) or 0
 
 
 def _version() -> str:

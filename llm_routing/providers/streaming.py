@@ -41,6 +41,7 @@ from httpx_sse import ServerSentEvent
 
 from ..errors import ProviderTimeoutError, ResponseError
 from ..types import StreamEnd, ToolCall, ToolCallDelta, Usage, assemble_tool_calls
+from .usage import reported_tokens
 
 __all__ = ["MalformedEvent", "StreamClock", "StreamDecoder", "StreamItem"]
 
@@ -135,10 +136,11 @@ class StreamDecoder:
         return value
 
     def tokens(self, *, input_tokens: object = None, output_tokens: object = None) -> None:
-        if _count(input_tokens) is not None:
-            self.input_tokens = _count(input_tokens)
-        if _count(output_tokens) is not None:
-            self.output_tokens = _count(output_tokens)
+        """The counts a usage event reports (bounded: :func:`reported_tokens`)."""
+        if (count := reported_tokens(input_tokens, field="input_tokens")) is not None:
+            self.input_tokens = count
+        if (count := reported_tokens(output_tokens, field="output_tokens")) is not None:
+            self.output_tokens = count
 
     def emit(self, texts: list[str]) -> list[StreamItem]:
         """Record and return the non-empty pieces (after the prefill-whitespace fix)."""
@@ -176,12 +178,6 @@ class StreamDecoder:
         return StreamEnd(
             finish_reason=self.finish_reason, usage=usage, model=self.model, tool_calls=calls
         )
-
-
-def _count(value: object) -> int | None:
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-        return value
-    return None
 
 
 class StreamClock:

@@ -1,6 +1,6 @@
 """Step 1 of the routing algorithm and what a session reads before its walk: the
-:class:`Plan` (:func:`resolve`: forced, a named chain, the first matching rule, the
-default chain, the settings' routes; an explicit provider first; the mock backstop
+:class:`Plan` (:func:`resolve`: forced, a named chain, the first matching rule whose
+chain the caller may use, the default chain, the settings' routes; an explicit provider first; the mock backstop
 last), the candidates the caller may not use (:func:`_denied`), each candidate's
 adapter (:func:`_adapter_for`, :func:`_mock_config`), the output ceiling a candidate
 may send (:func:`with_output_ceiling`) and the ``Setup`` effect.
@@ -74,7 +74,10 @@ def _dedup_mock_last(
 
 
 def _first_matching_rule(request: AuditRequest, config: ConfigSnapshot) -> RuleSpec | None:
-    return config.first_matching_rule(task=request.task, route=request.route)
+    # A rule whose chain the caller may not use does not apply to them (access rules).
+    return config.first_matching_rule(
+        task=request.task, route=request.route, principal=request.principal
+    )
 
 
 def resolve(request: AuditRequest, config: ConfigSnapshot | None = None) -> Plan:

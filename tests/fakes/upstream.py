@@ -91,6 +91,9 @@ class StreamScript:
     error_status: int = 529
     malformed_at: int | None = None
     no_end_marker: bool = False
+    #: OpenAI only: the (prompt, completion) tokens its usage chunk reports, instead of
+    #: 11 and a completion token per chunk (an absurd count: tests/test_budgets_usage.py).
+    usage: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -646,6 +649,7 @@ def _sse_frames(
         count = len(call_frames) if calls else len(pieces)
         tail = [chunk({}, "tool_calls" if calls else "stop")]
         if (body.get("stream_options") or {}).get("include_usage"):
+            prompt, completion = script.usage or (11, count)
             tail.append(
                 data(
                     {
@@ -654,9 +658,9 @@ def _sse_frames(
                         "model": f"{requested}-2024-fake",
                         "choices": [],
                         "usage": {
-                            "prompt_tokens": 11,
-                            "completion_tokens": count,
-                            "total_tokens": 11 + count,
+                            "prompt_tokens": prompt,
+                            "completion_tokens": completion,
+                            "total_tokens": prompt + completion,
                         },
                     }
                 )
