@@ -5,12 +5,15 @@ continuation streaming (which also needs ``prefill``) and explain (which reads t
 circuit without claiming a probe slot). Its reasons, in the order they are checked:
 
 ``not_allowed`` (the caller's access rules; never the mock) · ``unknown_provider`` (no
-row, or — forced — no adapter for its kind) · ``disabled`` · ``unknown_provider`` (no
-adapter for its kind) · ``missing_key`` · ``unsupported`` (a capability the request
-needs: :func:`missing_capability`) · ``budget_exhausted`` (the request-wide deadline or
-attempt budget leaves no room for a real call; checked before the circuit so a
-half-open probe slot is never taken in vain) · ``circuit_open`` (last: the breaker's
-``Allow`` effect, which may claim the half-open probe slot, or ``PeekCircuit``).
+row, or — forced — no adapter for its kind) · ``disabled`` · ``drained`` (weight 0 in
+its step) · ``unknown_provider`` (no adapter for its kind) · ``missing_key`` ·
+``unsupported`` (a capability the request needs: :func:`missing_capability`) ·
+``context_too_small`` (after a context-length failure, a declared context window not
+larger than the failed one's: :func:`too_small`) · ``budget_exhausted`` (the
+request-wide deadline or attempt budget leaves no room for a real call; checked before
+the circuit so a half-open probe slot is never taken in vain) · ``circuit_open`` (last:
+the breaker's ``Allow`` effect, which may claim the half-open probe slot, or
+``PeekCircuit``).
 
 The mock backstop is always available, except for a capability asked beyond the
 request's own (``needs``: continuation's ``prefill``).
@@ -25,15 +28,17 @@ from .resilience.breaker import Allow, PeekCircuit
 from .resilience.budget import Budget
 from .types import CAPABILITIES, MOCK_PROVIDER_NAME, AuditRequest
 
-__all__ = ["SKIP_REASONS", "may_try", "missing_capability"]
+__all__ = ["SKIP_REASONS", "may_try", "missing_capability", "too_small"]
 
 #: Every reason :func:`may_try` can give, in the order it checks them.
 SKIP_REASONS = (
     "not_allowed",
     "unknown_provider",
     "disabled",
+    "drained",
     "missing_key",
     "unsupported",
+    "context_too_small",
     "budget_exhausted",
     "circuit_open",
 )
@@ -51,6 +56,14 @@ def missing_capability(
     return None
 
 
+def too_small(row: Provider, context_floor: int | None) -> bool:
+    """Whether ``row``'s declared context window cannot hold what already failed with a
+    context-length error on a window of ``context_floor`` tokens (None: no such failure,
+    or the failed candidate declared no window). An undeclared window is tried."""
+    window = row.context_window
+    return context_floor is not None and window is not None and window <= context_floor
+
+
 def may_try(
     name: str,
     row: Provider | None,
@@ -62,6 +75,8 @@ def may_try(
     forced: bool = False,
     needs: frozenset[str] = frozenset(),
     claim: bool = True,
+    drained: bool = False,
+    context_floor: int | None = None,
 ) -> Steps[str | None]:
     """None when the candidate may be tried now, else the reason it is skipped.
 
@@ -69,7 +84,9 @@ def may_try(
     a fresh one is assumed); ``forced``: a forced call (a row without an adapter is
     ``unknown_provider`` even when disabled); ``needs``: capabilities beyond the
     request's own (continuation: ``prefill``); ``claim``: the circuit through ``Allow``
-    (may claim the half-open probe slot), else read only (``PeekCircuit``: explain)."""
+    (may claim the half-open probe slot), else read only (``PeekCircuit``: explain);
+    ``drained``: its weight in its step is 0; ``context_floor``: the largest declared
+    context window that failed with a context-length error so far (:func:`too_small`)."""
     if adapter is not None and any(not adapter.supports(c) for c in needs):
         return "unsupported"  # the mock too: it is a backstop, not a continuation
     if name == MOCK_PROVIDER_NAME:
@@ -80,12 +97,16 @@ def may_try(
         return "unknown_provider"
     if not row.enabled:
         return "disabled"
+    if drained:
+        return "drained"
     if adapter is None:
         return "unknown_provider"
     if adapter.requires_key and not row.key_present:
         return "missing_key"
     if missing_capability(adapter, request, needs) is not None:
         return "unsupported"
+    if too_small(row, context_floor):
+        return "context_too_small"
     if budget is not None and not budget.can_start():
         return "budget_exhausted"
     allowed = yield (Allow(adapter.config) if claim else PeekCircuit(adapter.config))

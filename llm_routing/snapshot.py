@@ -48,7 +48,7 @@ from django.db.models.signals import m2m_changed, post_delete, post_save
 
 from .cache import CACHE_RETRY_S as _CACHE_RETRY_S
 from .cache import CacheBackoff, routing_cache
-from .models import Chain, ChainEntry, Provider, RoutingRule, rule_matches
+from .models import Chain, ChainEntry, Provider, RoutingRule, group_steps, rule_matches
 from .signals import config_changed
 from .types import Principal
 
@@ -92,6 +92,9 @@ class EntrySpec:
     position: int
     model: str = ""
     enabled: bool = True
+    step: int | None = None  # entries sharing a step number form one step
+    weight: float = 1.0
+    strategy: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +113,18 @@ class ChainSpec:
         """(provider name, model override) of the enabled entries, in position order
         (as :meth:`llm_routing.models.Chain.provider_names`)."""
         return [(e.provider, e.model) for e in self.entries if e.enabled]
+
+    def steps(self) -> list[tuple[str, list[EntrySpec]]]:
+        """(strategy, enabled entries) per step, in order (:func:`models.group_steps`);
+        a step of one has the strategy ``""``, a step of several its first entry's
+        strategy (``weighted`` when none is set)."""
+        out: list[tuple[str, list[EntrySpec]]] = []
+        for group in group_steps(self.entries):
+            live = [e for e in group if e.enabled]
+            if live:
+                strategy = (group[0].strategy or "weighted") if len(group) > 1 else ""
+                out.append((strategy, live))
+        return out
 
     @property
     def open_to_everyone(self) -> bool:
@@ -189,14 +204,16 @@ def build(version: str | None = None, *, using: str | None = None) -> ConfigSnap
     providers = {p.name: p for p in Provider.objects.using(alias).order_by("name")}
     by_pk = {p.pk: p.name for p in providers.values()}
     entries: dict[int, list[EntrySpec]] = {}
-    for chain_id, provider_id, position, model, enabled in (
+    for chain_id, provider_id, position, model, enabled, step, weight, strategy in (
         ChainEntry.objects.using(alias)
         .order_by("chain_id", "position")
-        .values_list("chain_id", "provider_id", "position", "model", "enabled")
+        .values_list(
+            "chain_id", "provider_id", "position", "model", "enabled", "step", "weight", "strategy"
+        )
     ):
         if provider_id in by_pk:
             entries.setdefault(chain_id, []).append(
-                EntrySpec(by_pk[provider_id], position, model, enabled)
+                EntrySpec(by_pk[provider_id], position, model, enabled, step, weight, strategy)
             )
     users: dict[int, set[Any]] = {}
     for chain_id, user_id in Chain.allowed_users.through.objects.using(alias).values_list(

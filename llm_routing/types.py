@@ -476,11 +476,13 @@ class AttemptRecord:
     # Tokens the upstream reported for this attempt (a failed one too); None when none
     # reached the router. A served stream's usage arrives later: the result's usage.
     usage: Usage | None = None
+    step: int | None = None  # the chain step it belonged to (0 first); None: forced
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "provider": self.provider,
             "model": self.model,
+            "step": self.step,
             "outcome": self.outcome,
             "error_category": self.error_category,
             "http_status": self.http_status,
@@ -503,6 +505,9 @@ class RoutingMetadata:
     attempts: tuple[AttemptRecord, ...]
     fallback_used: bool
     fallback_reason: str | None
+    # Per step of several candidates that the walk reached: how its strategy ordered
+    # them (llm_routing.strategies.Pick.to_dict()).
+    picks: tuple[Mapping[str, Any], ...] = ()
 
     @property
     def attempted_providers(self) -> list[str]:
@@ -531,6 +536,7 @@ class RoutingMetadata:
             "attempts": [a.to_dict() for a in self.attempts if a.outcome != "skipped"],
             "fallback_used": self.fallback_used,
             "fallback_reason": self.fallback_reason,
+            "picks": [dict(p) for p in self.picks],
         }
 
 

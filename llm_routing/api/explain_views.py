@@ -13,7 +13,7 @@ from rest_framework.exceptions import NotFound
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from ..access import Viewer, may_see, viewer_for
+from ..access import Viewer, may_see, viewer_for, visible_picks
 from ..explanation import CandidateExplanation, Explanation
 from ..router import explain
 from ..snapshot import ConfigSnapshot, current
@@ -130,6 +130,14 @@ def visible_explanation(
     first = next((c for c in shown if c.verdict == "try"), None)
     data["would_serve_first"] = first.provider if first else None
     data["candidates"] = [c.to_dict() for c in shown]
+    hidden = {c.provider for c in explanation.candidates if c.reason == "not_allowed"}
+    data["picks"] = [
+        dict(p)
+        for p in visible_picks(
+            explanation.picks,
+            lambda n: n not in hidden and may_see(viewer, "provider", n, config=config),
+        )
+    ]
     return data
 
 

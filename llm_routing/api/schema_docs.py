@@ -40,6 +40,7 @@ def _attempt(provider: str, model: str, outcome: str = "ok", **fields: Any) -> d
     return {
         "provider": provider,
         "model": model,
+        "step": fields.get("step", 0),
         "outcome": outcome,
         "error_category": fields.get("error_category"),
         "http_status": fields.get("http_status"),
@@ -66,6 +67,7 @@ def _envelope(result: dict[str, Any], **meta: Any) -> dict[str, Any]:
         "fallback_used": False,
         "fallback_reason": None,
         "cost_usd": 0.00096,
+        "picks": [],
         **meta,
     }
     full_result = {
