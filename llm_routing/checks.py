@@ -11,6 +11,7 @@ llm_routing.E005      RECORD_MODE is neither "inline" nor "write_behind"
 llm_routing.W001      an enabled provider's key variable is missing (unset/empty)
 llm_routing.W002      a chain has no enabled entry with an enabled provider
 llm_routing.W003      write-behind recording without SPOOL_DIR (refused batches are lost)
+llm_routing.W004      a step of several entries whose enabled weights sum to 0 (drained)
 llm_routing.I001      no default chain in the database and no DEFAULT_CHAIN setting
 llm_routing.W010      httpx / httpcore debug logging is on (it logs request headers)
 llm_routing.E010      HTTP_MAX_CONNECTIONS / HTTP_MAX_KEEPALIVE are not usable pool limits
@@ -20,7 +21,7 @@ llm_routing.W020-028  a private seam of Django/asgiref/DRF/httpcore moved: its
                       fallback is in use (llm_routing.seams)
 ====================  ==========================================================
 
-E003, E004, W001, W002 and I001 read the configuration rows. They are registered with
+E003, E004, W001, W002, W004 and I001 read the configuration rows. They are registered with
 the ``database`` tag, so they run on ``manage.py check --database default``, before
 ``migrate`` applies migrations (they skip silently while the tables do not exist yet)
 and in ``manage.py llm_routing_check``; plain ``manage.py check`` never opens a
@@ -94,6 +95,12 @@ MESSAGES: dict[str, tuple[str, str]] = {
         "Write-behind recording is on but LLM_ROUTING['SPOOL_DIR'] is not set.",
         "Set SPOOL_DIR to a local, persistent directory: without it a batch the database "
         "refuses, or a decision that finds the queue full, is only logged as lost.",
+    ),
+    "W004": (
+        "Chain {name!r}: step {step} ({strategy}) has weights summing to 0, so every entry "
+        "of it is drained.",
+        "Give at least one enabled entry of the step a positive weight; until then the "
+        "walk skips the whole step (drained) and goes on to the next (docs/strategies.md).",
     ),
     "I001": (
         "No default chain is configured.",
@@ -225,8 +232,8 @@ def _tables_exist(alias: str, *tables: str) -> bool:
 def check_configuration_rows(
     app_configs: Any = None, databases: Any = None, **kwargs: Any
 ) -> list[checks.CheckMessage]:
-    """Checks over Provider/Chain rows: E003, E004, W001, W002, I001."""
-    from .models import Chain, ChainEntry, Provider
+    """Checks over Provider/Chain rows: E003, E004, W001, W002, W004, I001."""
+    from .models import Chain, ChainEntry, Provider, group_steps
 
     alias = router.db_for_read(Provider) or "default"
     if not databases or alias not in databases:
@@ -247,6 +254,16 @@ def check_configuration_rows(
             if not usable:
                 detail = "" if chain.entries.all() else " (it has no entries)"
                 messages.append(_message(checks.Warning, "W002", name=chain.name, detail=detail))
+            entries = sorted(chain.entries.all(), key=lambda e: e.position)
+            for number, step in enumerate(group_steps(entries)):
+                live = [e for e in step if e.enabled]
+                if len(step) > 1 and live and sum(e.weight for e in live) <= 0:
+                    strategy = step[0].strategy or "weighted"
+                    messages.append(
+                        _message(
+                            checks.Warning, "W004", name=chain.name, step=number, strategy=strategy
+                        )
+                    )
         has_default = Chain.objects.using(alias).filter(is_default=True).exists()
     except DatabaseError:
         return messages

@@ -293,3 +293,24 @@ def test_a_stream_holds_its_place_in_flight_until_it_ends(
     assert routed.metadata.picks[0]["strategy"] == "least_in_flight"
     assert [a.step for a in routed.metadata.attempts] == [0]
     assert effects.run(_count(("a", "b"))) == {"a": 0, "b": 0}
+
+
+def test_picks_are_counted_in_metrics(
+    fake_upstream: FakeUpstream, clock: Clock, settings: Any
+) -> None:
+    from llm_routing import metrics
+
+    settings.LLM_ROUTING = {**settings.LLM_ROUTING, "METRICS_TOKEN": "t" * 32}
+    chain(fake_upstream, ("weighted", [("a", 1.0), ("b", 1.0)]))
+    labels = {"chain": "main", "step": "0", "strategy": "weighted", "reason": "weighted"}
+
+    def count(provider: str) -> float:
+        value = metrics.REGISTRY.get_sample_value(
+            "llm_routing_picks_total", {**labels, "provider": provider}
+        )
+        return value or 0.0
+
+    before = count("a") + count("b")
+    routed = route(REQUEST)
+    picked = routed.metadata.picks[0]["picked"]
+    assert count("a") + count("b") == before + 1 and count(picked) >= 1
