@@ -314,3 +314,20 @@ def test_picks_are_counted_in_metrics(
     routed = route(REQUEST)
     picked = routed.metadata.picks[0]["picked"]
     assert count("a") + count("b") == before + 1 and count(picked) >= 1
+
+
+def test_the_api_carries_picks_and_explain_replays_them(
+    fake_upstream: FakeUpstream, clock: Clock, api: Any, driver: str
+) -> None:
+    if driver == "async":
+        pytest.skip("the HTTP views: one run is enough")
+    chain(fake_upstream, ("weighted", [("a", 3.0), ("b", 1.0)]), "c")
+    body = api.post("/audit/", {"task": "summarize", "input_text": "x"}, format="json").json()
+    meta = body["routing_metadata"]
+    (pick,) = meta["picks"]
+    assert meta["attempts"][0]["step"] == 0 and meta["selected_provider"] == pick["picked"]
+    query = {"task": "summarize", "request_id": body["request_id"]}
+    explained = api.get("/audit/explain/", query).json()
+    assert explained["picks"] == [pick]
+    assert [c["step"] for c in explained["candidates"]] == [0, 0, 1, 2]
+    assert explained["would_serve_first"] == pick["picked"]

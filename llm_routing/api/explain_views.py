@@ -41,6 +41,10 @@ class ExplainQuerySerializer(serializers.Serializer):
     force_provider = StrictRegexField(SLUG_RE, max_length=64, required=False, allow_blank=True)
     chain = StrictRegexField(SLUG_RE, max_length=64, required=False, allow_blank=True)
     stream = serializers.BooleanField(required=False, default=False)
+    request_id = serializers.UUIDField(
+        required=False,
+        help_text="A routed request's id: a step's seeded draw is replayed for it.",
+    )
     schema = serializers.CharField(
         required=False,
         allow_blank=True,
@@ -84,6 +88,9 @@ _PARAMS = [
     OpenApiParameter("chain", OpenApiTypes.STR, description="A chain chosen by name."),
     OpenApiParameter("stream", OpenApiTypes.BOOL, description="The request streams."),
     OpenApiParameter("schema", OpenApiTypes.STR, description="JSON Schema object, as JSON."),
+    OpenApiParameter(
+        "request_id", OpenApiTypes.UUID, description="Replay the step picks of this request."
+    ),
 ]
 
 
@@ -157,4 +164,6 @@ class ExplainView(RoutingAPIView):
         chain = audit_request.chain
         if chain and (config.chain(chain) is None or not may_see(viewer, "chain", chain)):
             raise hidden_chain(chain)
-        return Response(visible_explanation(explain(audit_request), viewer, config))
+        seed = query.validated_data.get("request_id")
+        explanation = explain(audit_request, request_id=str(seed) if seed else None)
+        return Response(visible_explanation(explanation, viewer, config))

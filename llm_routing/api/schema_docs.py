@@ -886,6 +886,7 @@ def _candidate(position: int, provider: str, model: str, **fields: Any) -> dict[
         "first_token_timeout_s": 10.0,
         "max_retries": fields.get("max_retries", 2),
         "backstop": fields.get("backstop", False),
+        "step": position,
     }
 
 
@@ -902,8 +903,10 @@ Nothing is sent: no provider is called, nothing is recorded, no circuit changes 
 half-open circuit's probe slot stays free for the next real request). Use it to check a
 new chain or rule before traffic reaches it, or to see why requests fall back. The
 query takes `task` (required), `route`, `provider`, `force_provider`, `chain`,
-`stream=true` and `schema` (a JSON Schema as JSON text). It cannot foresee a provider
-failing at call time. Same authentication, permissions and throttles as `/audit/`.
+`stream=true`, `schema` (a JSON Schema as JSON text) and `request_id` (a step of several
+candidates is ordered by its strategy as for that request: a routed request's id replays
+its picks, listed in `picks`). It cannot foresee a provider failing at call time. Same
+authentication, permissions and throttles as `/audit/`.
 
 It shows a caller only what they may use (docs/operations.md, "Who sees what"): a
 `chain` that does not exist or that they may not use is the same 404; a provider they
@@ -951,6 +954,7 @@ and a chain or rule they may not use is not named. Staff see everything.
                     _candidate(1, "anthropic", "claude-3-5-haiku-latest"),
                     _candidate(2, "mock", "mock-1", circuit="n/a", max_retries=0, backstop=True),
                 ],
+                "picks": [],
             },
             "`openai-main` would be skipped until `open_until`; `anthropic` would serve",
         ),
