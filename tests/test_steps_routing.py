@@ -5,6 +5,7 @@ strategy's exploration, the cost strategy, context-aware fallback, explain's rep
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from decimal import Decimal
 from typing import Any
@@ -26,7 +27,7 @@ REQUEST = AuditRequest(task="summarize", input_text="Steps spread the load.")
 
 class Clock:
     def __init__(self) -> None:
-        self.now = 1_000_000.0
+        self.now = time.time()  # wall time: a Redis key expires at an absolute time
 
     def __call__(self) -> float:
         return self.now
