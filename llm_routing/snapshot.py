@@ -97,6 +97,15 @@ class EntrySpec:
     strategy: str = ""
 
 
+def _steps(entries: Iterable[EntrySpec]) -> tuple[tuple[str, tuple[EntrySpec, ...]], ...]:
+    out: list[tuple[str, tuple[EntrySpec, ...]]] = []
+    for group in group_steps(entries):
+        live = tuple(e for e in group if e.enabled)
+        if live:
+            out.append(((group[0].strategy or "weighted") if len(group) > 1 else "", live))
+    return tuple(out)
+
+
 @dataclass(frozen=True, slots=True)
 class ChainSpec:
     """A chain as the router and the access rules read it."""
@@ -108,23 +117,21 @@ class ChainSpec:
     entries: tuple[EntrySpec, ...] = ()  # every entry, in position order
     allowed_user_ids: frozenset[Any] = frozenset()
     allowed_group_ids: frozenset[Any] = frozenset()
+    # steps(), as build() computed it (None: computed on each call)
+    grouped: tuple[tuple[str, tuple[EntrySpec, ...]], ...] | None = None
 
     def provider_names(self) -> list[tuple[str, str]]:
         """(provider name, model override) of the enabled entries, in position order
         (as :meth:`llm_routing.models.Chain.provider_names`)."""
         return [(e.provider, e.model) for e in self.entries if e.enabled]
 
-    def steps(self) -> list[tuple[str, list[EntrySpec]]]:
+    def steps(self) -> tuple[tuple[str, tuple[EntrySpec, ...]], ...]:
         """(strategy, enabled entries) per step, in order (:func:`models.group_steps`);
         a step of one has the strategy ``""``, a step of several its first entry's
-        strategy (``weighted`` when none is set)."""
-        out: list[tuple[str, list[EntrySpec]]] = []
-        for group in group_steps(self.entries):
-            live = [e for e in group if e.enabled]
-            if live:
-                strategy = (group[0].strategy or "weighted") if len(group) > 1 else ""
-                out.append((strategy, live))
-        return out
+        strategy (``weighted`` when none is set). Computed once per snapshot."""
+        if self.grouped is None:
+            return _steps(self.entries)
+        return self.grouped
 
     @property
     def open_to_everyone(self) -> bool:
@@ -234,6 +241,7 @@ def build(version: str | None = None, *, using: str | None = None) -> ConfigSnap
             stream_mode=c.stream_mode,
             mock_backstop=c.mock_backstop,
             entries=tuple(entries.get(c.pk, ())),
+            grouped=_steps(entries.get(c.pk, ())),
             allowed_user_ids=frozenset(users.get(c.pk, ())),
             allowed_group_ids=frozenset(groups.get(c.pk, ())),
         )

@@ -139,9 +139,9 @@ def order_step(
     (:func:`strategies.order`, with what :mod:`llm_routing.balance` gathered), the
     candidates the caller may not use last and out of the draw."""
     members = step.members
-    if len(members) < 2 or not step.strategy:
-        return members, None
     usable = [c for c in members if c.name not in denied]
+    if len(members) < 2 or not step.strategy or not usable:
+        return members, None
     counts: dict[str, int] | None = None
     if step.strategy == "least_in_flight" and usable:
         counts = yield CountInFlight(tuple(c.name for c in usable))
@@ -371,7 +371,9 @@ class _Session:
         for index, step in enumerate(steps):
             strategy = step.strategy if len(step.members) > 1 else ""
             last_step = index == len(steps) - 1
-            for candidate in (yield from self._order(index, step)):
+            members = step.members
+            ordered = (yield from self._order(index, step)) if strategy else members
+            for candidate in ordered:
                 name, model = candidate.name, candidate.model
                 row = self.rows.get(name)
                 adapter = _adapter_for(name, model, row)
