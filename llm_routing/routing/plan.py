@@ -109,6 +109,30 @@ def _chain_groups(chain: ChainSpec) -> list[tuple[str, list[Candidate]]]:
     ]
 
 
+_Steps = tuple[tuple[PlanStep, ...], tuple[tuple[str, str], ...]]
+#: A chain's steps and flat candidates per (chain spec, backstop): a snapshot's chain
+#: specs never change, so each is worked out once (checked by identity; bounded).
+_chain_plans: dict[tuple[int, bool], tuple[ChainSpec, _Steps]] = {}
+_CHAIN_PLANS_MAX = 512
+
+
+def _with_candidates(steps: tuple[PlanStep, ...]) -> _Steps:
+    return steps, tuple((c.name, c.model) for step in steps for c in step.members)
+
+
+def _chain_plan(chain: ChainSpec, backstop: bool) -> _Steps:
+    """:func:`_steps_of` a chain with no explicit provider in front, memoized."""
+    key = (id(chain), backstop)
+    cached = _chain_plans.get(key)
+    if cached is not None and cached[0] is chain:
+        return cached[1]
+    planned = _with_candidates(_steps_of(_chain_groups(chain), add_mock=backstop))
+    if len(_chain_plans) >= _CHAIN_PLANS_MAX:
+        _chain_plans.clear()
+    _chain_plans[key] = (chain, planned)
+    return planned
+
+
 def _first_matching_rule(request: AuditRequest, config: ConfigSnapshot) -> RuleSpec | None:
     # A rule whose chain the caller may not use does not apply to them (access rules).
     return config.first_matching_rule(
@@ -126,7 +150,7 @@ def resolve(request: AuditRequest, config: ConfigSnapshot | None = None) -> Plan
             requested_provider=request.force_provider,
         )
     fallbacks: list[tuple[str, str]] = []
-    groups: list[tuple[str, list[Candidate]]] | None = None  # a chain's steps
+    spec: ChainSpec | None = None  # the chain whose steps these are
     stream_mode = "direct"
     chain_backstop = False  # the chain's own opt-in (Chain.mock_backstop)
     chain_name: str | None = None
@@ -136,11 +160,11 @@ def resolve(request: AuditRequest, config: ConfigSnapshot | None = None) -> Plan
     rule = None if named is not None else _first_matching_rule(request, config)
     routes = routing_settings.ROUTES or {}
     if named is not None:
-        fallbacks, groups = named.provider_names(), _chain_groups(named)
+        fallbacks, spec = named.provider_names(), named
         chain_name, mode, stream_mode = named.name, "chain", named.stream_mode
         chain_backstop = named.mock_backstop
     elif rule is not None:
-        fallbacks, groups = rule.chain.provider_names(), _chain_groups(rule.chain)
+        fallbacks, spec = rule.chain.provider_names(), rule.chain
         chain_name, rule_name, mode = rule.chain.name, rule.name, "rule"
         stream_mode = rule.chain.stream_mode
         chain_backstop = rule.chain.mock_backstop
@@ -148,7 +172,7 @@ def resolve(request: AuditRequest, config: ConfigSnapshot | None = None) -> Plan
         fallbacks = [(str(n), "") for n in routes[request.route]]
         chain_name = f"route:{request.route}"
     elif (default := config.default_chain) is not None:
-        fallbacks, groups = default.provider_names(), _chain_groups(default)
+        fallbacks, spec = default.provider_names(), default
         chain_name = default.name
         stream_mode = default.stream_mode
         chain_backstop = default.mock_backstop
@@ -156,22 +180,28 @@ def resolve(request: AuditRequest, config: ConfigSnapshot | None = None) -> Plan
         fallbacks = [(str(n), "") for n in routing_settings.DEFAULT_CHAIN]
         chain_name = "settings"
     entries = list(fallbacks)
-    if groups is None:
-        groups = [("", [Candidate(n, m)]) for n, m in entries]
-    if request.provider == MOCK_PROVIDER_NAME:
-        # The mock never fails, so an explicit mock primary is the whole walk.
-        entries = [(MOCK_PROVIDER_NAME, "")]
-        groups = [("", [Candidate(MOCK_PROVIDER_NAME)])]
-        mode = "explicit"
-    elif request.provider:
-        entries.insert(0, (request.provider, ""))
-        groups.insert(0, ("", [Candidate(request.provider)]))
-        mode = "explicit"
     backstop = request.backstop or chain_backstop
-    steps = _steps_of(groups, add_mock=backstop)
+    if spec is not None and not request.provider:
+        steps, candidates = _chain_plan(spec, backstop)
+    else:
+        groups = (
+            _chain_groups(spec)
+            if spec is not None
+            else [("", [Candidate(n, m)]) for n, m in entries]
+        )
+        if request.provider == MOCK_PROVIDER_NAME:
+            # The mock never fails, so an explicit mock primary is the whole walk.
+            entries = [(MOCK_PROVIDER_NAME, "")]
+            groups = [("", [Candidate(MOCK_PROVIDER_NAME)])]
+        elif request.provider:
+            entries.insert(0, (request.provider, ""))
+            groups.insert(0, ("", [Candidate(request.provider)]))
+        steps, candidates = _with_candidates(_steps_of(groups, add_mock=backstop))
+    if request.provider:
+        mode = "explicit"
     return Plan(
         router_mode=mode,
-        candidates=tuple((c.name, c.model) for step in steps for c in step.members),
+        candidates=candidates,
         chain_name=chain_name,
         rule=rule_name,
         requested_provider=request.provider,

@@ -505,7 +505,7 @@ class _Session:
             attempts=tuple(self.walk.attempts),
             fallback_used=fallback_reason is not None,
             fallback_reason=fallback_reason,
-            picks=tuple(p.to_dict() for p in self.picks),
+            picks=tuple(p.to_dict() for p in self.picks) if self.picks else (),
         )
         routed = self.routed = RoutingResult(
             request_id=self.request_id,
