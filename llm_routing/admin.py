@@ -98,7 +98,7 @@ class ProviderAdmin(admin.ModelAdmin):
         ("Key", {"fields": ["api_key_env", "key_badge"]}),
         ("Limits", {"fields": ["timeout_s", "first_token_timeout_s", "max_retries", "params"]}),
         ("Price override", {"fields": ["input_price_per_mtok", "output_price_per_mtok"]}),
-        ("Context", {"fields": ["context_window"]}),
+        ("Context and affinity", {"fields": ["context_window", "affinity_ttl_s"]}),
         (
             "Capabilities",
             {

@@ -11,6 +11,10 @@ requests in flight, recent latency, an estimated cost (docs/strategies.md).
 * **Latency** (``latency``): a peak-EWMA per provider, per process — a slower sample
   counts at once, a faster one decays the score over :data:`DECAY_S`; a failed call
   counts at least :data:`FAILURE_PENALTY_MS`.
+* **Affinity** (any strategy): the provider that last served a request's affinity key
+  in a step, stored under the SHA-256 of (chain, step, key) — never the key — for the
+  serving provider's ``affinity_ttl_s`` (:class:`Recall`, :class:`Remember`; quiet: on
+  a cache failure the step's strategy picks).
 * **Cost** (``cost``): this request's estimated tokens (input characters / 4, and the
   ``max_tokens`` asked for, else the row's, else :data:`DEFAULT_OUTPUT_TOKENS`) at
   the provider's prices (:mod:`llm_routing.pricing`: the row's override, else
@@ -19,6 +23,7 @@ requests in flight, recent latency, an estimated cost (docs/strategies.md).
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import math
 import threading
@@ -42,7 +47,10 @@ __all__ = [
     "FAILURE_PENALTY_MS",
     "CountInFlight",
     "Lease",
+    "Recall",
+    "Remember",
     "Unlease",
+    "affinity_cache_key",
     "estimate_usd",
     "gather",
     "latencies",
@@ -199,6 +207,54 @@ class Unlease(Effect):
     async def arun(self, ctx: Context) -> None:
         if self.lease:
             await _aleases((self.name,), "remove", self.lease)
+
+
+# --- affinity --------------------------------------------------------------------------
+
+
+def affinity_cache_key(chain: str, step: int, key: str) -> str:
+    """The cache key of an affinity key in a chain's step: a hash, never the key."""
+    digest = hashlib.sha256(f"{chain}\x00{step}\x00{key}".encode()).hexdigest()
+    return f"llm_routing:affinity:{digest}"
+
+
+@dataclass(frozen=True, slots=True)
+class Recall(Effect):
+    """The provider that last served this affinity cache key → name or None (quiet)."""
+
+    key: str
+    quiet: ClassVar[bool] = True
+
+    def run(self, ctx: Context) -> str | None:
+        value = routing_cache().get(self.key)
+        return value if isinstance(value, str) else None
+
+    async def arun(self, ctx: Context) -> str | None:
+        store = routing_cache()
+        aio = async_redis(store)
+        value = store.get(self.key) if aio is None else await aio.get(self.key)
+        return value if isinstance(value, str) else None
+
+
+@dataclass(frozen=True, slots=True)
+class Remember(Effect):
+    """Store ``name`` as the provider of this affinity cache key for ``ttl_s`` → None."""
+
+    key: str
+    name: str
+    ttl_s: float
+    quiet: ClassVar[bool] = True
+
+    def run(self, ctx: Context) -> None:
+        routing_cache().set(self.key, self.name, self.ttl_s)
+
+    async def arun(self, ctx: Context) -> None:
+        store = routing_cache()
+        aio = async_redis(store)
+        if aio is None:
+            store.set(self.key, self.name, self.ttl_s)
+        else:
+            await aio.set(self.key, self.name, self.ttl_s)
 
 
 # --- latency ---------------------------------------------------------------------------

@@ -185,6 +185,15 @@ class Provider(models.Model):
         help_text="Context window in tokens (optional). After a context-length failure, "
         "candidates whose window is not larger are skipped.",
     )
+    # How long a conversation's affinity key keeps it on this provider: the lifetime of
+    # the provider's prompt cache (docs/strategies.md, "Prompt-cache affinity").
+    affinity_ttl_s = models.PositiveIntegerField(
+        "affinity TTL (s)",
+        default=300,
+        validators=[MinValueValidator(1), MaxValueValidator(86400)],
+        help_text="How long requests with the same affinity key keep coming back here: "
+        "the life of the provider's prompt cache (300; 3600 for a one-hour cache).",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -282,6 +291,12 @@ class Chain(models.Model):
         default=False,
         help_text="Let the built-in mock answer on /v1 when every real candidate was "
         "skipped or failed (POST /audit/ always falls back to the mock).",
+    )
+    affinity_from_user = models.BooleanField(
+        default=False,
+        help_text="Use the OpenAI 'user' field as the affinity key when a request carries "
+        "none (X-LLM-Affinity, 'affinity'): a user's requests return to the candidate "
+        "that served them last, where the prompt cache is warm.",
     )
     # Who may use the chain (docs/operations.md "Who may route where"): both empty →
     # everyone; otherwise only these users and the members of these groups.

@@ -114,6 +114,7 @@ class ChainSpec:
     is_default: bool = False
     stream_mode: str = "direct"
     mock_backstop: bool = False
+    affinity_from_user: bool = False
     entries: tuple[EntrySpec, ...] = ()  # every entry, in position order
     allowed_user_ids: frozenset[Any] = frozenset()
     allowed_group_ids: frozenset[Any] = frozenset()
@@ -240,6 +241,7 @@ def build(version: str | None = None, *, using: str | None = None) -> ConfigSnap
             is_default=c.is_default,
             stream_mode=c.stream_mode,
             mock_backstop=c.mock_backstop,
+            affinity_from_user=c.affinity_from_user,
             entries=tuple(entries.get(c.pk, ())),
             grouped=_steps(entries.get(c.pk, ())),
             allowed_user_ids=frozenset(users.get(c.pk, ())),

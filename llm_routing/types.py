@@ -215,6 +215,9 @@ class AuditRequest:
     top_p: float | None = None
     seed: int | None = None
     user: str | None = None  # the end user's opaque id, passed to vendors that take one
+    # Prompt-cache affinity (docs/strategies.md): requests with the same key return to
+    # the candidate of a step that served the key last. Only its hash is stored.
+    affinity: str | None = None
     # The caller's identity for the access rules (docs/operations.md); None: a trusted
     # caller (the Python API, management commands) that may route anywhere.
     principal: Principal | None = None

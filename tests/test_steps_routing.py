@@ -332,3 +332,123 @@ def test_the_api_carries_picks_and_explain_replays_them(
     assert explained["picks"] == [pick]
     assert [c["step"] for c in explained["candidates"]] == [0, 0, 1, 2]
     assert explained["would_serve_first"] == pick["picked"]
+
+
+# --- prompt-cache affinity -------------------------------------------------------------
+
+
+class Store:
+    """A routing-cache stand-in that records what the affinity effects write."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, Any] = {}
+        self.timeouts: dict[str, float | None] = {}
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.values.get(key, default)
+
+    def set(self, key: str, value: Any, timeout: float | None = None) -> None:
+        self.values[key], self.timeouts[key] = value, timeout
+
+
+@pytest.fixture
+def store(monkeypatch: pytest.MonkeyPatch) -> Store:
+    fake = Store()
+    monkeypatch.setattr(balance, "routing_cache", lambda: fake)
+    return fake
+
+
+def rid(i: int) -> str:
+    return f"00000000-0000-4000-a000-{i:012d}"
+
+
+def test_affinity_keeps_a_conversation_where_it_started(
+    fake_upstream: FakeUpstream, clock: Clock, store: Store
+) -> None:
+    chain(fake_upstream, ("weighted", [("a", 1.0), ("b", 1.0)]), "c",
+          b={"affinity_ttl_s": 3600}, a={"affinity_ttl_s": 3600})  # fmt: skip
+    turn = AuditRequest(task="summarize", input_text="turn", affinity="conversation-42")
+    first = route(turn, request_id=rid(0))
+    home = first.result.provider
+    assert first.metadata.picks[0]["reason"] == "weighted"  # nothing remembered yet
+    for i in range(1, 12):  # other ids draw differently; the key keeps them home
+        routed = route(turn, request_id=rid(i))
+        (pick,) = routed.metadata.picks
+        assert pick["reason"] == "affinity" and pick["picked"] == home
+        assert routed.result.provider == home
+    assert set(store.timeouts.values()) == {3600}  # the serving provider's TTL
+    assert not any("conversation-42" in k for k in store.values)  # only a hash is kept
+    # Without the key the step's strategy picks as before.
+    plain = [route(REQUEST, request_id=rid(i)).metadata.picks[0]["reason"] for i in range(3)]
+    assert plain == ["weighted"] * 3
+
+
+def test_affinity_moves_when_its_candidate_fails(
+    fake_upstream: FakeUpstream, clock: Clock, store: Store
+) -> None:
+    chain(fake_upstream, ("weighted", [("a", 1.0), ("b", 1.0)]))
+    turn = AuditRequest(task="summarize", input_text="turn", affinity="conv")
+    home = route(turn, request_id=rid(0)).result.provider
+    other = "b" if home == "a" else "a"
+    fake_upstream.script("openai", Faults.unavailable("openai"))  # home fails once
+    moved = route(turn, request_id=rid(1), sleeper=Sleeps())
+    assert walk(moved) == [(home, "error", "unavailable", 0), (other, "ok", None, 0)]
+    after = route(turn, request_id=rid(2))  # the key followed the answer
+    assert after.metadata.picks[0] == {**after.metadata.picks[0], "reason": "affinity",
+                                       "picked": other}  # fmt: skip
+    assert after.result.provider == other
+
+
+def test_a_drained_candidate_loses_its_affinity(
+    fake_upstream: FakeUpstream, clock: Clock, store: Store
+) -> None:
+    chain(fake_upstream, ("weighted", [("a", 1.0), ("b", 1.0)]))
+    turn = AuditRequest(task="summarize", input_text="turn", affinity="conv")
+    home = route(turn, request_id=rid(0)).result.provider
+    ChainEntry.objects.filter(provider__name=home).update(weight=0)
+    routed = route(turn, request_id=rid(1))
+    assert routed.result.provider != home
+    assert routed.metadata.picks[0]["reason"] == "weighted"
+
+
+def test_affinity_from_the_header_and_the_openai_user(
+    fake_upstream: FakeUpstream, clock: Clock, store: Store, api: Any, driver: str
+) -> None:
+    if driver == "async":
+        pytest.skip("the HTTP views: one run is enough")
+    row = chain(fake_upstream, ("weighted", [("a", 1.0), ("b", 1.0)]))
+    body = {"task": "summarize", "input_text": "x"}
+    headers = {"HTTP_X_LLM_AFFINITY": "thread-7"}
+    first = api.post("/audit/", body, format="json", **headers).json()
+    home = first["routing_metadata"]["selected_provider"]
+    for _ in range(4):
+        meta = api.post("/audit/", body, format="json", **headers).json()["routing_metadata"]
+        assert meta["picks"][0]["reason"] == "affinity" and meta["selected_provider"] == home
+    bad = api.post("/audit/", body, format="json", HTTP_X_LLM_AFFINITY="x" * 257)
+    assert bad.status_code == 400
+    assert len(store.values) == 1  # one key: the header's
+    # /v1: the OpenAI user field counts once the chain opts in; the header always.
+    chat = {"model": "main", "messages": [{"role": "user", "content": "hi"}], "user": "u-9"}
+    for _ in range(2):
+        response = api.post("/v1/chat/completions", chat, format="json")
+        assert response.status_code == 200, response.content[:500]
+    assert len(store.values) == 1  # not opted in: the user field is no key
+    row.affinity_from_user = True
+    row.save()
+    for _ in range(2):
+        assert api.post("/v1/chat/completions", chat, format="json").status_code == 200
+    assert len(store.values) == 2  # the user's key
+    response = api.post("/v1/chat/completions", chat, format="json", HTTP_X_LLM_AFFINITY="h")
+    assert response.status_code == 200 and len(store.values) == 3  # the header wins
+
+
+def test_affinity_is_a_field_of_audit_and_the_python_api(
+    fake_upstream: FakeUpstream, clock: Clock, store: Store
+) -> None:
+    from llm_routing import audit
+
+    chain(fake_upstream, ("weighted", [("a", 1.0), ("b", 1.0)]))
+    home = audit(task="summarize", input_text="x", affinity="k").result.provider
+    again = audit(task="summarize", input_text="x", affinity="k")
+    assert again.result.provider == home
+    assert again.metadata.picks[0]["reason"] == "affinity"

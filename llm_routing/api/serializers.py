@@ -128,6 +128,13 @@ class AuditRequestSerializer(serializers.Serializer):
     response_schema = serializers.JSONField(required=False, allow_null=True)
     metadata = StrictStringMapField(required=False, default=dict)
     stream = StrictBooleanField(required=False, default=False)
+    affinity = StrictCharField(
+        required=False,
+        allow_null=True,
+        max_length=256,
+        help_text="Prompt-cache affinity key (a conversation id): requests with the same "
+        "key go back to the candidate that served it last. Only its hash is kept.",
+    )
 
     def get_fields(self) -> dict[str, serializers.Field]:
         fields = super().get_fields()
@@ -210,6 +217,7 @@ class AuditRequestSerializer(serializers.Serializer):
             response_schema=d.get("response_schema"),
             metadata=d.get("metadata") or {},
             stream=bool(d.get("stream")),
+            affinity=d.get("affinity") or None,
         )
 
 

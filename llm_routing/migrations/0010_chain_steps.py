@@ -17,6 +17,11 @@ class Migration(migrations.Migration):
             field=models.PositiveSmallIntegerField(blank=True, null=True),
         ),
         migrations.AddField(
+            model_name='chain',
+            name='affinity_from_user',
+            field=models.BooleanField(default=False, help_text="Use the OpenAI 'user' field as the affinity key when a request carries none (X-LLM-Affinity, 'affinity'): a user's requests return to the candidate that served them last, where the prompt cache is warm."),
+        ),
+        migrations.AddField(
             model_name='chainentry',
             name='step',
             field=models.PositiveIntegerField(blank=True, default=None, help_text='Entries with the same step number form one step (a set of candidates picked by the strategy); empty: a step of its own.', null=True),
@@ -30,6 +35,11 @@ class Migration(migrations.Migration):
             model_name='chainentry',
             name='weight',
             field=models.FloatField(default=1.0, help_text="Share of the step's traffic (weighted) and tie-break (cost); 0 drains it.", validators=[django.core.validators.MinValueValidator(0.0)]),
+        ),
+        migrations.AddField(
+            model_name='provider',
+            name='affinity_ttl_s',
+            field=models.PositiveIntegerField(default=300, help_text="How long requests with the same affinity key keep coming back here: the life of the provider's prompt cache (300; 3600 for a one-hour cache).", validators=[django.core.validators.MinValueValidator(1), django.core.validators.MaxValueValidator(86400)], verbose_name='affinity TTL (s)'),
         ),
         migrations.AddField(
             model_name='provider',

@@ -60,6 +60,7 @@ class Plan:
     stream_mode: str = "direct"  # the chain's mid-stream failure policy
     backstop: bool = True  # whether the mock backstop ends the candidates
     steps: tuple[PlanStep, ...] = ()
+    affinity_from_user: bool = False  # the chain takes the OpenAI user as affinity key
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -150,7 +151,7 @@ def resolve(request: AuditRequest, config: ConfigSnapshot | None = None) -> Plan
             requested_provider=request.force_provider,
         )
     fallbacks: list[tuple[str, str]] = []
-    spec: ChainSpec | None = None  # the chain whose steps these are
+    spec: ChainSpec | None = None  # the chain whose steps these are (and its settings)
     stream_mode = "direct"
     chain_backstop = False  # the chain's own opt-in (Chain.mock_backstop)
     chain_name: str | None = None
@@ -209,7 +210,19 @@ def resolve(request: AuditRequest, config: ConfigSnapshot | None = None) -> Plan
         stream_mode=stream_mode,
         backstop=backstop,
         steps=steps,
+        affinity_from_user=spec is not None and spec.affinity_from_user,
     )
+
+
+def affinity_key(request: AuditRequest, plan: Plan) -> str | None:
+    """The request's prompt-cache affinity key: its own (``affinity``, the
+    ``X-LLM-Affinity`` header), else the OpenAI ``user`` field when the chain says
+    ``affinity_from_user``; None: no affinity."""
+    if request.affinity:
+        return request.affinity
+    if plan.affinity_from_user and request.user:
+        return request.user
+    return None
 
 
 def _mock_config(row: Provider | None) -> ProviderConfig:

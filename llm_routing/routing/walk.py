@@ -12,7 +12,7 @@ import logging
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 from asgiref.sync import sync_to_async
@@ -20,7 +20,7 @@ from django.db import close_old_connections
 
 from .. import balance, effects, recorder, strategies
 from ..availability import may_try, missing_capability
-from ..balance import CountInFlight, Lease, Unlease
+from ..balance import CountInFlight, Lease, Recall, Remember, Unlease
 from ..conf import routing_settings
 from ..effects import (
     AsyncSleeper,
@@ -56,7 +56,7 @@ from ..types import (
     RoutingMetadata,
     RoutingResult,
 )
-from .plan import PlanStep, Setup, _adapter_for, _Setup, with_output_ceiling
+from .plan import PlanStep, Setup, _adapter_for, _Setup, affinity_key, with_output_ceiling
 
 #: The logger operators configure for the router (docs/providers.md).
 logger = logging.getLogger("llm_routing.router")
@@ -133,20 +133,30 @@ def order_step(
     rows: dict[str, Provider],
     denied: frozenset[str],
     seed: str,
+    affinity: str | None = None,
 ) -> Steps[tuple[tuple[Candidate, ...], Pick | None]]:
     """A step's members in the order the walk tries them, and why (the walk and
     explain): a step of one as it is; a step of several in its strategy's order
     (:func:`strategies.order`, with what :mod:`llm_routing.balance` gathered), the
-    candidates the caller may not use last and out of the draw."""
+    candidates the caller may not use last and out of the draw. With an ``affinity``
+    cache key (:func:`balance.affinity_cache_key`), the candidate that served it last
+    goes first (the pick's reason: ``affinity``) unless it is drained or denied."""
     members = step.members
     usable = [c for c in members if c.name not in denied]
     if len(members) < 2 or not step.strategy or not usable:
         return members, None
     counts: dict[str, int] | None = None
-    if step.strategy == "least_in_flight" and usable:
+    if step.strategy == "least_in_flight":
         counts = yield CountInFlight(tuple(c.name for c in usable))
     inputs = balance.gather(step.strategy, usable, request, rows, counts)
     ordered, pick = strategies.order(step.strategy, usable, step=index, seed=seed, inputs=inputs)
+    if affinity is not None:
+        last = yield Recall(affinity)
+        kept = next((c for c in ordered if c.name == last and not c.drained), None)
+        if kept is not None:
+            ordered = (kept, *(c for c in ordered if c is not kept))
+            order = tuple(c.name for c in ordered)
+            pick = replace(pick, picked=kept.name, reason="affinity", order=order)
     return (*ordered, *(c for c in members if c.name in denied)), pick
 
 
@@ -239,6 +249,8 @@ class _Session:
         self.picks: list[Pick] = []
         self.leases: list[tuple[str, str]] = []
         self.context_floor: int | None = None
+        # Prompt-cache affinity: the request's key (docs/strategies.md).
+        self.affinity = affinity_key(request, setup.plan)
 
     @property
     def request_id(self) -> str:
@@ -354,10 +366,16 @@ class _Session:
         self.walk.add(**_attempt_record(result, served=result.ok))
         return result, None
 
+    def _affinity(self, index: int) -> str | None:
+        """This request's affinity cache key in step ``index`` (None: no key)."""
+        if self.affinity is None:
+            return None
+        return balance.affinity_cache_key(self.plan.chain_name or "", index, self.affinity)
+
     def _order(self, index: int, step: PlanStep) -> Steps[tuple[Candidate, ...]]:
         ordered, pick = yield from order_step(
             index, step, request=self.request, rows=self.rows, denied=self.denied,
-            seed=self.request_id,
+            seed=self.request_id, affinity=self._affinity(index),
         )  # fmt: skip
         if pick is not None:
             self.picks.append(pick)
@@ -409,6 +427,9 @@ class _Session:
                     balance.observe_latency(name, result.latency_ms, ok=result.ok)
                 if result.ok:
                     walk.add(**_attempt_record(result, served=True), step=index)
+                    if strategy and (key := self._affinity(index)) is not None:
+                        ttl = float(row.affinity_ttl_s) if row is not None else 300.0
+                        yield Remember(key, name, ttl)  # the key moves with the answer
                     if first and plan.configured:
                         return result, None
                     if is_backstop and any_attempted:
