@@ -439,6 +439,7 @@ class LogMixin(ReadOnlyMixin):
 
 ATTEMPT_FIELDS = (
     "index",
+    "step",
     "provider",
     "model",
     "outcome_words",
