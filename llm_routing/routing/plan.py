@@ -1,8 +1,9 @@
 """Step 1 of the routing algorithm and what a session reads before its walk: the
 :class:`Plan` (:func:`resolve`: forced, a named chain, the first matching rule whose
 chain the caller may use, the default chain, the settings' routes; an explicit
-provider first; the mock backstop last), the candidates the caller may not use
-(:func:`_denied`), each candidate's adapter (:func:`_adapter_for`,
+provider first; the mock backstop last; the chain's steps, :class:`PlanStep`), the
+request's prompt-cache affinity key (:func:`affinity_key`), the candidates the caller
+may not use (:func:`_denied`), each candidate's adapter (:func:`_adapter_for`,
 :func:`_mock_config`), the output ceiling a candidate may send
 (:func:`with_output_ceiling`) and the ``Setup`` effect.
 
