@@ -66,6 +66,13 @@ class ProviderForm(forms.ModelForm):
                 "A provider of kind mock answers offline whatever its mode: the list "
                 "shows it as “mock (answers offline)”."
             )
+        if "affinity_ttl_s" in self.fields:
+            self.fields["affinity_ttl_s"].required = False  # empty: the default
+
+    def clean_affinity_ttl_s(self) -> int:
+        value = self.cleaned_data.get("affinity_ttl_s")
+        default = Provider._meta.get_field("affinity_ttl_s").get_default()
+        return int(default if value is None else value)
 
 
 @admin.register(Provider)
