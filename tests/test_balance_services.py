@@ -57,3 +57,22 @@ def test_leases_are_shared_and_expire(clock: Clock) -> None:
     assert crashed  # never given back: it expires
     clock.now += balance.lease_s() + 1
     assert asyncio.run(effects.arun(_count((a, b)))) == {a: 0, b: 0}
+
+
+def _recall(key: str) -> Any:
+    return (yield balance.Recall(key))
+
+
+def _remember(key: str, name: str, ttl: float) -> Any:
+    return (yield balance.Remember(key, name, ttl))
+
+
+def test_affinity_is_shared_by_the_sync_and_async_paths() -> None:
+    key = balance.affinity_cache_key("main", 0, f"conversation-{uuid.uuid4().hex}")
+    assert effects.run(_recall(key)) is None
+    asyncio.run(effects.arun(_remember(key, "oa-key2", 30)))  # an async worker answered
+    assert effects.run(_recall(key)) == "oa-key2"  # a sync worker reads it
+    effects.run(_remember(key, "oa-key1", 30))
+    assert asyncio.run(effects.arun(_recall(key))) == "oa-key1"
+    ttl = routing_cache().client.ttl(routing_cache().make_key(key))
+    assert 0 < ttl <= 30
