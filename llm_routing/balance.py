@@ -2,7 +2,7 @@
 requests in flight, recent latency, an estimated cost (docs/strategies.md).
 
 * **In flight** (``least_in_flight``): one lease per call, held from just before the
-  call until the call fails or the request ends. With a Redis routing cache the leases
+  call until it returns (a stream's: until the request ends). With a Redis routing cache the leases
   are a sorted set per provider, shared by every worker and instance (a lease is
   scored by its expiry, so a crashed worker's leases expire after :func:`lease_s`);
   with any other cache, per process. The effects :class:`CountInFlight`,

@@ -419,13 +419,16 @@ class _Session:
                 first = not walk.attempts
                 is_backstop = name == MOCK_PROVIDER_NAME and last_step
                 lease: tuple[str, str] | None = None
-                if strategy == "least_in_flight":  # held until it fails or finish()
+                if strategy == "least_in_flight":  # held until the call (a stream) ends
                     lease = (name, (yield Lease(name)))
                     self.leases.append(lease)
                 result = yield from attempt(adapter)
                 if strategy == "latency":
                     balance.observe_latency(name, result.latency_ms, ok=result.ok)
                 if result.ok:
+                    if lease is not None and not self.request.stream:  # the call is over
+                        self.leases.remove(lease)
+                        yield Unlease(*lease)
                     walk.add(**_attempt_record(result, served=True), step=index)
                     if strategy and (key := self._affinity(index)) is not None:
                         ttl = float(row.affinity_ttl_s) if row is not None else 300.0
