@@ -107,6 +107,8 @@ class ProviderAdmin(admin.ModelAdmin):
                     "supports_prefill",
                     "supports_tools",
                     "supports_images",
+                    "supports_embeddings",
+                    "embedding_dimensions",
                 ]
             },
         ),
