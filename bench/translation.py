@@ -6,7 +6,11 @@ answer, for each vendor adapter. Faces (``/v1/chat/completions``'s request parsi
 reference, ``/v1/responses``, ``/v1/messages``): the client's JSON body validated and
 translated into the router's request (``face.parse``), the routed answer translated back
 into the face's answer object (``face.body``), and the stream frames of a 40-chunk
-answer (``face.frames``), per request.
+answer (``face.frames``), per request. Embeddings (``/v1/embeddings``): eight texts of
+about 200 characters answered with eight 1536-dimensional vectors — the adapters'
+``embed_payload`` + ``parse_embeddings`` (OpenAI's base64, Gemini's JSON numbers), the
+walk's check of the answer (``checked_answer``), and the face's ``parse`` and ``body``
+(float and base64, from the vectors the openai adapter decoded).
 
     .venv/bin/python bench/translation.py            # print a Markdown table
     .venv/bin/python bench/translation.py --write    # also update docs/benchmarks.md
@@ -46,6 +50,7 @@ from django.core.management import call_command  # noqa: E402
 
 from bench.common import interleaved_samples, replace_docs_section  # noqa: E402
 from llm_routing.api import messages_serializers, responses_serializers  # noqa: E402
+from llm_routing.api.embeddings_face import EmbeddingsFace  # noqa: E402
 from llm_routing.api.faces import Face, Parsed  # noqa: E402
 from llm_routing.api.messages_face import MessagesFace  # noqa: E402
 from llm_routing.api.openai_compat import ChatCompletionRequestSerializer  # noqa: E402
@@ -53,6 +58,7 @@ from llm_routing.api.responses_face import ResponsesFace  # noqa: E402
 from llm_routing.api.reuse import reused  # noqa: E402
 from llm_routing.providers.anthropic import AnthropicProvider  # noqa: E402
 from llm_routing.providers.base import HttpProvider  # noqa: E402
+from llm_routing.providers.embeddings import checked_answer  # noqa: E402
 from llm_routing.providers.gemini import GeminiProvider  # noqa: E402
 from llm_routing.providers.openai import OpenAIProvider  # noqa: E402
 from llm_routing.types import (  # noqa: E402
@@ -120,6 +126,31 @@ def answers() -> dict[str, tuple[HttpProvider, AuditRequest, Any]]:
         )
     for adapter, request, answer in out.values():  # sanity: chat answers are tool calls
         assert bool(adapter.parse(answer, request).tool_calls) == (request is CHAT)
+    return out
+
+
+# --- embeddings: eight texts, 1536-dimensional vectors ---------------------------------
+
+DIMENSIONS = 1536
+EMBED_TEXTS = [f"{i}: " + _TEXT[:200] for i in range(8)]
+EMBED = AuditRequest(task="embeddings", call="embed", inputs=tuple(EMBED_TEXTS))
+
+
+def embedding_answers() -> dict[str, tuple[HttpProvider, Any]]:
+    """(adapter, its vendor's decoded answer) per vendor: the fake upstream's."""
+    out: dict[str, tuple[HttpProvider, Any]] = {}
+    for kind, cls in (("openai", OpenAIProvider), ("gemini", GeminiProvider)):
+        config = ProviderConfig(name=f"bench-{kind}", kind=kind, model="m")
+        adapter = cls(config)
+        payload = adapter.embed_payload(EMBED)
+        payload["dimensions" if kind == "openai" else "x"] = DIMENSIONS
+        if kind == "gemini":
+            for item in payload["requests"]:
+                item["outputDimensionality"] = DIMENSIONS
+        answer = upstream._embeddings_ok(kind, payload, upstream.Fault())
+        result = checked_answer(adapter.parse_embeddings(answer, EMBED), EMBED, config)
+        assert result.ok and len(result.vectors[0]) == DIMENSIONS  # sanity
+        out[f"{kind}, embeddings (8 x {DIMENSIONS})"] = (adapter, answer)
     return out
 
 
@@ -229,6 +260,24 @@ def face_cases() -> dict[str, Callable[[], Any]]:
         "chat.completions, parse": lambda: _chat_parse(bare),
         "chat.completions, parse with 2 tools": lambda: _chat_parse(chat),
     }
+    embeddings = EmbeddingsFace()
+    # The vectors as the openai adapter hands them on (decoded base64: float32 arrays).
+    adapter, answer = embedding_answers()[f"openai, embeddings (8 x {DIMENSIONS})"]
+    vectors = adapter.parse_embeddings(answer, EMBED).vectors
+    routed = RoutingResult(
+        request_id=_ROUTED.request_id,
+        result=ProviderResult(
+            provider="p", model="m", mode="live", status="ok", vectors=vectors, usage=Usage(400)
+        ),
+        metadata=_ROUTED.metadata,
+    )
+    body = {"model": "mock", "input": EMBED_TEXTS}
+    as_float = embeddings.parse(body)
+    as_base64 = embeddings.parse({**body, "encoding_format": "base64"})
+    assert len(embeddings.body(routed, as_base64)["data"]) == len(EMBED_TEXTS)  # sanity
+    cases["embeddings, parse"] = functools.partial(embeddings.parse, body)
+    cases["embeddings, body (float)"] = functools.partial(embeddings.body, routed, as_float)
+    cases["embeddings, body (base64)"] = functools.partial(embeddings.body, routed, as_base64)
     for name, face in faces.items():
         body = FACE_BODIES[name]
         without = {k: v for k, v in body.items() if k not in ("tools", "tool_choice")}
@@ -305,13 +354,33 @@ def main() -> None:
         rounds=args.rounds,
         warmup=args.warmup,
     )
+
+    def embed_sampler(adapter: HttpProvider, answer: Any) -> Callable[[], float]:
+        def run() -> float:
+            started = time.perf_counter()
+            for _ in range(args.batch):
+                adapter.embed_payload(EMBED)
+                checked_answer(adapter.parse_embeddings(answer, EMBED), EMBED, adapter.config)
+            return (time.perf_counter() - started) * 1e6 / args.batch
+
+        return run
+
+    samples.update(
+        interleaved_samples(
+            {kind: embed_sampler(*case) for kind, case in embedding_answers().items()},
+            rounds=args.rounds,
+            warmup=args.warmup,
+        )
+    )
     table = _table(samples, args, "adapter, request")
     print(table)
     if args.write:
         block = (
             f"{BEGIN}\n## Adapter translation\n\n"
             "Script: `bench/translation.py` (`--write` regenerates this section): "
-            "`build_payload` + `parse` per call, no network.\n\n"
+            "`build_payload` + `parse` per call, no network; for embeddings "
+            "`embed_payload` + `parse_embeddings` + the walk's `checked_answer` of eight "
+            "1536-dimensional vectors (OpenAI's base64, Gemini's JSON numbers).\n\n"
             f"{table}\n{END}"
         )
         replace_docs_section(ROOT / "docs" / "benchmarks.md", BEGIN, END, block)

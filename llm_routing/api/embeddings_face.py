@@ -21,7 +21,7 @@ from rest_framework import serializers
 from rest_framework.request import Request
 
 from .. import pricing
-from ..providers.embeddings import to_base64
+from ..providers.embeddings import to_base64, to_floats
 from ..types import RoutingResult
 from .embeddings_serializers import EmbeddingsRequestSerializer
 from .faces import Face, FaceView, Frames, Parsed, Problem, schema_entry
@@ -39,7 +39,7 @@ class EmbeddingsFace(Face):
 
     def body(self, routed: RoutingResult, parsed: Parsed) -> dict[str, Any]:
         result = routed.result
-        encode = to_base64 if parsed.echo.get("encoding_format") == "base64" else _floats
+        encode = to_base64 if parsed.echo.get("encoding_format") == "base64" else to_floats
         tokens = result.usage.input_tokens
         return {
             "object": "list",
@@ -60,10 +60,6 @@ class EmbeddingsFace(Face):
 
     def error_body(self, problem: Problem) -> dict[str, Any]:
         return _OPENAI_ERRORS.error_body(problem)
-
-
-def _floats(vector: Any) -> list[float]:
-    return vector if isinstance(vector, list) else list(vector)
 
 
 # --- the schema -------------------------------------------------------------------------

@@ -5,8 +5,9 @@ candidate's answer, whatever its kind), the mock's deterministic unit vectors an
 token estimate of a vendor that reports none.
 
 A vector is any sequence of floats: an ``array.array("f")`` when it came as base64
-(kept as is: re-encoding it for a base64 answer is a copy of its bytes), a list of
-floats otherwise.
+(kept as is: re-encoding it for a base64 answer is a copy of its bytes), an
+``array.array("d")`` when it came as JSON numbers (converted in C, which also refuses
+anything that is not a number), a list of floats from the mock.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ __all__ = [
     "from_base64",
     "mock_vector",
     "to_base64",
+    "to_floats",
     "vector_of",
 ]
 
@@ -59,7 +61,10 @@ def from_base64(text: str) -> array.array[float]:
 
 def to_base64(vector: Vector) -> str:
     """A vector as OpenAI's base64 (little-endian float32), as the client decodes it."""
-    packed = vector if isinstance(vector, array.array) else array.array("f", vector)
+    if isinstance(vector, array.array) and vector.typecode == "f":
+        packed = vector
+    else:
+        packed = array.array("f", vector)
     if sys.byteorder == "big":
         packed = array.array("f", packed)
         packed.byteswap()
@@ -70,11 +75,12 @@ def vector_of(value: Any, where: str) -> Vector:
     """One vector of a JSON answer: a list of numbers, or base64 text."""
     if isinstance(value, str):
         return from_base64(value)
-    if not isinstance(value, list) or not all(
-        isinstance(x, float | int) and not isinstance(x, bool) for x in value
-    ):
-        raise ResponseError(f"{where} is not a list of numbers.")
-    return value
+    if isinstance(value, list):
+        try:
+            return array.array("d", value)
+        except (TypeError, OverflowError):
+            pass
+    raise ResponseError(f"{where} is not a list of numbers.")
 
 
 def checked_answer(
@@ -132,3 +138,10 @@ def estimated_tokens(inputs: Sequence[EmbeddingInput]) -> int:
     """Tokens of ``inputs`` for a vendor that reports none: four characters a token
     for a text (at least one), the ids of a token array."""
     return sum(len(x) if not isinstance(x, str) else max(1, (len(x) + 3) // 4) for x in inputs)
+
+
+def to_floats(vector: Vector) -> list[float]:
+    """A vector as a list of floats (a JSON answer's ``embedding``)."""
+    if isinstance(vector, array.array):
+        return vector.tolist()
+    return vector if isinstance(vector, list) else list(vector)
