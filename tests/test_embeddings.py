@@ -420,3 +420,46 @@ def test_base64_round_trip_helpers():
     request = AuditRequest(task="embeddings", call="embed", inputs=("a", (1, 2)))
     assert request.required_capabilities == frozenset({"embeddings"})
     assert request.input_length == len('["a",[1,2]]')
+
+
+# --- configuration: config as code and the admin ------------------------------------------
+
+
+def test_config_as_code_carries_the_embeddings_fields():
+    from llm_routing import config_io
+
+    text = (
+        "version = 1\n\n"
+        "[providers.vectors]\n"
+        'kind = "openai_compatible"\n'
+        'model = "nomic-embed-text"\n'
+        'base_url = "http://127.0.0.1:11434/v1"\n'
+        "supports_embeddings = true\n"
+        "embedding_dimensions = 768\n\n"
+        "[providers.chat]\n"
+        'kind = "openai"\n'
+        'model = "gpt-4o-mini"\n'
+        "supports_embeddings = false\n"
+    )
+    config_io.apply(text)
+    row = Provider.objects.get(name="vectors")
+    assert (row.supports_embeddings, row.embedding_dimensions) == (True, 768)
+    assert Provider.objects.get(name="chat").embedding_dimensions is None
+    exported = config_io.export()
+    assert "embedding_dimensions = 768" in exported and "supports_embeddings = false" in exported
+    assert exported.count("embedding_dimensions") == 1  # an undeclared one is left out
+    config_io.apply(exported)
+    assert config_io.export() == exported  # byte-for-byte round trip
+    with pytest.raises(config_io.ConfigError) as bad:
+        config_io.apply(text.replace("= 768", '= "768"'))
+    assert "embedding_dimensions" in str(bad.value)
+
+
+def test_the_admin_form_edits_the_embeddings_fields(admin_client):
+    from django.urls import reverse
+
+    row = Provider.objects.create(name="vectors", kind="openai", model="text-embedding-3-small")
+    url = reverse("admin:llm_routing_provider_change", args=[row.pk])
+    page = admin_client.get(url).content.decode()
+    assert 'name="supports_embeddings"' in page and 'name="embedding_dimensions"' in page
+    assert "embeddings: yes" in page  # the effective capability, from the kind
