@@ -463,3 +463,9 @@ def test_the_admin_form_edits_the_embeddings_fields(admin_client):
     page = admin_client.get(url).content.decode()
     assert 'name="supports_embeddings"' in page and 'name="embedding_dimensions"' in page
     assert "embeddings: yes" in page  # the effective capability, from the kind
+
+
+def test_the_mock_answers_no_more_numbers_than_an_upstream_may(post):
+    make_chain("emb", [Provider.objects.create(name="p", kind="mock", model="m")])
+    error = post({"model": "emb", "input": ["x"] * 2048, "dimensions": 65_536}, status=400)
+    assert "MAX_RESPONSE_BYTES" in error["error"]["message"]

@@ -17,7 +17,6 @@ import base64
 import binascii
 import hashlib
 import math
-import random
 import sys
 from collections.abc import Sequence
 from dataclasses import replace
@@ -125,12 +124,15 @@ def _problem(vectors: tuple[Vector, ...], count: int, expected: int | None) -> s
 
 def mock_vector(config: ProviderConfig, item: EmbeddingInput, dimension: int) -> list[float]:
     """A deterministic unit vector of ``dimension`` for ``item``: the same model and
-    input always give the same vector."""
+    input always give the same vector, on every platform (SHAKE-256 of both, read as
+    little-endian 16-bit numbers, centred and normalized)."""
     material = item if isinstance(item, str) else ",".join(map(str, item))
-    seed = hashlib.sha256(f"{config.model}\x00{material}".encode("utf-8", "surrogatepass"))
-    rng = random.Random(seed.digest())  # noqa: S311 - reproducible, not secret
-    vector = [rng.gauss(0.0, 1.0) for _ in range(dimension)]
-    norm = math.sqrt(sum(x * x for x in vector)) or 1.0
+    digest = hashlib.shake_256(f"{config.model}\x00{material}".encode("utf-8", "surrogatepass"))
+    numbers = array.array("H", digest.digest(2 * dimension))
+    if sys.byteorder == "big":
+        numbers.byteswap()
+    vector = [n - 32767.5 for n in numbers]
+    norm = math.sqrt(math.fsum(x * x for x in vector)) or 1.0
     return [x / norm for x in vector]
 
 

@@ -91,6 +91,13 @@ class MockProvider(BaseProvider):
             or config.embedding_dimensions
             or MOCK_DIMENSIONS
         )
+        # No larger than a real upstream's answer may be (MAX_RESPONSE_BYTES of float32).
+        limit = int(routing_settings.MAX_RESPONSE_BYTES) // 4
+        if dimension * len(request.inputs) > limit:
+            raise InvalidRequestError(
+                f"The mock answers at most {limit} numbers (MAX_RESPONSE_BYTES / 4): "
+                "fewer inputs or dimensions."
+            )
         return ProviderResult(
             provider=config.name,
             model=config.model or routing_settings.MOCK_MODEL,
