@@ -16,6 +16,7 @@ one) unless the chain sets ``mock_backstop``.
 from __future__ import annotations
 
 import json
+import logging
 import time
 import uuid
 from collections.abc import Mapping
@@ -76,6 +77,8 @@ from .sse import (
     sse,
 )
 
+logger = logging.getLogger("llm_routing.api")
+
 __all__ = [
     "ChatCompletionRequestSerializer",
     "ChatCompletionSerializer",
@@ -106,8 +109,11 @@ def _embeds(config: snapshot.ConfigSnapshot, providers: list[str]) -> bool:
         kind = "mock" if row.mode == "mock" or name == "mock" else row.kind
         if not row.enabled or not is_known_kind(kind):
             continue
-        if get_adapter_class(kind)(row.to_config()).supports("embeddings"):
-            return True
+        try:
+            if get_adapter_class(kind)(row.to_config()).supports("embeddings"):
+                return True
+        except Exception as exc:  # a custom kind that cannot be imported serves nothing
+            logger.warning("Cannot build adapter for provider %s (%s).", name, type(exc).__name__)
     return False
 
 
