@@ -469,3 +469,42 @@ def test_the_mock_answers_no_more_numbers_than_an_upstream_may(post):
     make_chain("emb", [Provider.objects.create(name="p", kind="mock", model="m")])
     error = post({"model": "emb", "input": ["x"] * 2048, "dimensions": 65_536}, status=400)
     assert "MAX_RESPONSE_BYTES" in error["error"]["message"]
+
+
+# --- metrics ---------------------------------------------------------------------------------
+
+
+def test_metrics_count_embeddings_as_chat_and_the_dimension_skip(fake_upstream, post, client):
+    from django.test import override_settings
+    from prometheus_client.parser import text_string_to_metric_families
+
+    def scrape() -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+        response = client.get("/metrics", HTTP_AUTHORIZATION="Bearer metrics-token-0123456789")
+        assert response.status_code == 200
+        return {
+            (s.name, frozenset(s.labels.items())): s.value
+            for family in text_string_to_metric_families(response.content.decode())
+            for s in family.samples
+        }
+
+    make_chain(
+        "emb",
+        [
+            row("wide", "openai", fake_upstream, embedding_dimensions=16),
+            row("narrow", "openai", fake_upstream, embedding_dimensions=8),
+        ],
+    )
+    with override_settings(LLM_ROUTING={"METRICS_TOKEN": "metrics-token-0123456789"}):
+        before = scrape()
+        post({"model": "emb", "input": TEXTS, "dimensions": 8})
+        after = scrape()
+    changed = {k: v - before.get(k, 0.0) for k, v in after.items() if v != before.get(k, 0.0)}
+    skip = (
+        "llm_routing_skips_total",
+        frozenset({("provider", "wide"), ("reason", "dimension_mismatch")}),
+    )
+    assert changed[skip] == 1
+    requests = [k for k in changed if k[0] == "llm_routing_requests_total"]
+    assert len(requests) == 1 and ("chain", "emb") in requests[0][1]
+    tokens = [v for k, v in changed.items() if k[0] == "llm_routing_tokens_total"]
+    assert sum(tokens) == 8  # the fake's usage: a token per word
