@@ -10,7 +10,7 @@ recording).
     .venv/bin/python bench/asgi_inprocess.py \\
         --database-url postgres://postgres@127.0.0.1:5432/llm_routing_gateways \\
         --redis-url redis://127.0.0.1:6379/0 [-n 3000] [-c 1] [--served lane,django] \\
-        [--py-spy PATH]
+        [--async-transport aiohttp|httpx] [--py-spy PATH]
 
 Prints the wall time and the process CPU time per request on each path (the
 upstream's CPU is not counted). The paths are measured in alternating blocks in one
@@ -165,6 +165,12 @@ def main() -> None:
     parser.add_argument(
         "--record-mode", default="write_behind", help="LLM_ROUTING_RECORD_MODE (shipped: inline)"
     )
+    parser.add_argument(
+        "--async-transport",
+        default="aiohttp",
+        choices=("aiohttp", "httpx"),
+        help="LLM_ROUTING_ASYNC_HTTP_TRANSPORT: the adapters' async client (shipped: aiohttp)",
+    )
     parser.add_argument("--py-spy", help="sample the run with this py-spy binary")
     parser.add_argument("--run", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -191,6 +197,7 @@ def main() -> None:
     )
     token = gateways.prepare_app(settings, port, port)
     os.environ.update(gateways.app_env(settings, 0))
+    os.environ["LLM_ROUTING_ASYNC_HTTP_TRANSPORT"] = args.async_transport
     os.chdir(ROOT)
     from llm_routing.asgi import get_asgi_application, lane
 
@@ -202,7 +209,8 @@ def main() -> None:
     after = os.getloadavg()[0]
     for name, (wall_ms, cpu_ms) in measured.items():
         print(
-            f"{name:6}: {args.n} requests, {args.c} in flight: {wall_ms:.3f} ms wall, "
+            f"{name:6} ({args.async_transport}): {args.n} requests, {args.c} in flight: "
+            f"{wall_ms:.3f} ms wall, "
             f"{cpu_ms:.3f} ms CPU each (median of {args.rounds} blocks; "
             f"load average {load:.1f} before, {after:.1f} after)"
         )

@@ -187,6 +187,11 @@ class AiohttpUpstreamTransport(httpx.AsyncBaseTransport):
         self._slots = asyncio.Semaphore(int(limits.max_connections or 1))
         self._inner = AiohttpTransport(verify=ssl_context, limits=limits, client=self._new_session)
 
+    @property
+    def ssl_context(self) -> ssl.SSLContext:
+        """The verifying TLS context of every connection (the process-wide one)."""
+        return self._ssl_context
+
     def _new_session(self) -> aiohttp.ClientSession:
         """The aiohttp session, built on the first request (inside the running loop)."""
         import aiohttp
