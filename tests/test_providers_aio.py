@@ -238,6 +238,19 @@ def test_an_upload_the_server_never_reads_times_out(
     assert "Timeout" in caught.value.message
 
 
+def test_a_large_body_the_server_reads_is_answered(
+    async_transport: str, make_adapter: MakeAdapter, fake_upstream: FakeUpstream
+) -> None:
+    """The control of the test above: a body over ``SMALL_BODY`` goes through the
+    bounded path and is answered as any other."""
+    adapter = make_adapter("openai")
+    big = replace(REQUEST, input_text="y" * (4 * aio.SMALL_BODY))
+    result = call(adapter, big)
+    assert result.ok and result.output
+    (seen,) = fake_upstream.requests_for("openai")
+    assert "y" * (4 * aio.SMALL_BODY) in str(seen.json)
+
+
 # --- TLS -----------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def self_signed_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
