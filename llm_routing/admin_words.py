@@ -28,6 +28,7 @@ WORDS: dict[str, str] = {
     "unsupported": "cannot serve this request",
     "drained": "drained (weight 0)",
     "context_too_small": "context window too small",
+    "dimension_mismatch": "other embedding dimension",
     "deadline": "out of time",
     "attempt_budget": "out of attempts",
     # error categories

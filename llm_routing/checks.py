@@ -8,10 +8,13 @@ llm_routing.E002      LLM_ROUTING is not a dict / a value has the wrong type
 llm_routing.E003      a provider row has an unknown kind
 llm_routing.E004      a provider's api_key_env fails validation (pattern, deny-list)
 llm_routing.E005      RECORD_MODE is neither "inline" nor "write_behind"
+llm_routing.E006      ASYNC_HTTP_TRANSPORT is neither "aiohttp" nor "httpx"
 llm_routing.W001      an enabled provider's key variable is missing (unset/empty)
 llm_routing.W002      a chain has no enabled entry with an enabled provider
 llm_routing.W003      write-behind recording without SPOOL_DIR (refused batches are lost)
-llm_routing.W004      a step of several entries whose enabled weights sum to 0 (drained)
+llm_routing.W004      ASYNC_HTTP_TRANSPORT is "aiohttp" but httpx-aiohttp cannot be
+                      imported: the async upstream client uses httpcore
+llm_routing.W005      a step of several entries whose enabled weights sum to 0 (drained)
 llm_routing.I001      no default chain in the database and no DEFAULT_CHAIN setting
 llm_routing.W010      httpx / httpcore debug logging is on (it logs request headers)
 llm_routing.E010      HTTP_MAX_CONNECTIONS / HTTP_MAX_KEEPALIVE are not usable pool limits
@@ -21,7 +24,7 @@ llm_routing.W020-028  a private seam of Django/asgiref/DRF/httpcore moved: its
                       fallback is in use (llm_routing.seams)
 ====================  ==========================================================
 
-E003, E004, W001, W002, W004 and I001 read the configuration rows. They are registered with
+E003, E004, W001, W002, W005 and I001 read the configuration rows. They are registered with
 the ``database`` tag, so they run on ``manage.py check --database default``, before
 ``migrate`` applies migrations (they skip silently while the tables do not exist yet)
 and in ``manage.py llm_routing_check``; plain ``manage.py check`` never opens a
@@ -81,6 +84,11 @@ MESSAGES: dict[str, tuple[str, str]] = {
         'Use "inline" (the decision is written before the router returns) or '
         '"write_behind" (queued for a background writer); see docs/production.md.',
     ),
+    "E006": (
+        "LLM_ROUTING['ASYNC_HTTP_TRANSPORT'] is {value!r}.",
+        'Use "aiohttp" (httpx over aiohttp, the default) or "httpx" (httpcore) for the async '
+        "upstream client; see docs/configuration.md. Until then httpcore serves.",
+    ),
     "W001": (
         "Provider {name!r} is enabled but {problem}.",
         "Set the variable in the environment of every web and worker process, or disable "
@@ -97,6 +105,12 @@ MESSAGES: dict[str, tuple[str, str]] = {
         "refuses, or a decision that finds the queue full, is only logged as lost.",
     ),
     "W004": (
+        "LLM_ROUTING['ASYNC_HTTP_TRANSPORT'] is \"aiohttp\" but it cannot be used ({reason}).",
+        "The async upstream client falls back to httpx/httpcore (correct, slower per call). "
+        "Install httpx-aiohttp>=0.2,<0.3 (it brings aiohttp), or set "
+        'ASYNC_HTTP_TRANSPORT to "httpx" to choose httpcore (docs/production.md).',
+    ),
+    "W005": (
         "Chain {name!r}: step {step} ({strategy}) has weights summing to 0, so every entry "
         "of it is drained.",
         "Give at least one enabled entry of the step a positive weight; until then the "
@@ -175,6 +189,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
         errors.append(_message(checks.Error, "E005", value=mode))
     elif mode == "write_behind" and not user.get("SPOOL_DIR"):
         errors.append(_message(checks.Warning, "W003"))
+    errors.extend(_async_transport_messages(user))
     if isinstance(user.get("RECORD_QUEUE_SIZE"), bool | float):  # the rest: below
         detail = "RECORD_QUEUE_SIZE must be a whole number of records"
         errors.append(_message(checks.Error, "E002", detail=detail))
@@ -195,6 +210,20 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
         except ImproperlyConfigured as exc:
             errors.append(_message(checks.Error, "E002", detail=str(exc).rstrip(".")))
     return errors
+
+
+def _async_transport_messages(user: dict[str, Any]) -> list[checks.CheckMessage]:
+    """E006: ASYNC_HTTP_TRANSPORT is not a known transport; W004: it asks for aiohttp,
+    which cannot be imported (httpcore serves: llm_routing.providers.aio)."""
+    from .providers.aio import TRANSPORTS, unavailable_reason
+
+    value = user.get("ASYNC_HTTP_TRANSPORT", DEFAULTS["ASYNC_HTTP_TRANSPORT"])
+    if not isinstance(value, str) or value not in TRANSPORTS:
+        return [_message(checks.Error, "E006", value=value)]
+    reason = unavailable_reason() if value == "aiohttp" else None
+    if reason is not None:
+        return [_message(checks.Warning, "W004", reason=reason)]
+    return []
 
 
 def _pool_limit_messages(user: dict[str, Any]) -> list[checks.CheckMessage]:
@@ -232,7 +261,7 @@ def _tables_exist(alias: str, *tables: str) -> bool:
 def check_configuration_rows(
     app_configs: Any = None, databases: Any = None, **kwargs: Any
 ) -> list[checks.CheckMessage]:
-    """Checks over Provider/Chain rows: E003, E004, W001, W002, W004, I001."""
+    """Checks over Provider/Chain rows: E003, E004, W001, W002, W005, I001."""
     from .models import Chain, ChainEntry, Provider, group_steps
 
     alias = router.db_for_read(Provider) or "default"
@@ -261,7 +290,7 @@ def check_configuration_rows(
                     strategy = step[0].strategy or "weighted"
                     messages.append(
                         _message(
-                            checks.Warning, "W004", name=chain.name, step=number, strategy=strategy
+                            checks.Warning, "W005", name=chain.name, step=number, strategy=strategy
                         )
                     )
         has_default = Chain.objects.using(alias).filter(is_default=True).exists()

@@ -70,6 +70,7 @@ SKIP_REASONS = frozenset(
         "missing_key",
         "unsupported",
         "context_too_small",
+        "dimension_mismatch",
         "budget_exhausted",
         "circuit_open",
     }

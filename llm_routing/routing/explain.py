@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import logging
 import uuid
+from dataclasses import replace
 
 from .. import effects
-from ..availability import may_try, missing_capability
+from ..availability import may_try, missing_capability, target_dimension
 from ..conf import routing_settings
 from ..explanation import CandidateExplanation, Explanation
 from ..resilience import breaker
@@ -44,6 +45,11 @@ def explain(request: AuditRequest, *, request_id: str | None = None) -> Explanat
     rows = snap.rows(plan.names)
     forced = plan.router_mode == "forced"
     denied = _denied(plan, request, snap)
+    if request.call == "embed":  # the walk's target vector length (dimension_mismatch)
+        candidates = ((n, rows.get(n), _adapter_for(n, m, rows.get(n))) for n, m in plan.candidates)
+        request = replace(
+            request, expected_dimensions=target_dimension(request, candidates, denied)
+        )
     seed = request_id or str(uuid.uuid4())
     out: list[CandidateExplanation] = []
     picks: list[Pick] = []

@@ -19,7 +19,7 @@ from asgiref.sync import sync_to_async
 from django.db import close_old_connections
 
 from .. import balance, effects, recorder, strategies
-from ..availability import may_try, missing_capability
+from ..availability import may_try, missing_capability, target_dimension
 from ..balance import CountInFlight, Lease, Recall, Remember, Unlease
 from ..conf import routing_settings
 from ..effects import (
@@ -33,6 +33,7 @@ from ..effects import (
 from ..errors import ClientDisconnectedError, ResponseError
 from ..models import Provider
 from ..providers.base import BaseProvider
+from ..providers.embeddings import checked_answer
 from ..resilience import breaker
 from ..resilience.breaker import Observe
 from ..resilience.budget import Budget
@@ -112,6 +113,8 @@ def _skip_result(
             "circuit_open": "The provider's circuit is open.",
             "not_allowed": "You may not route to this provider.",
             "budget_exhausted": "The request-wide deadline or attempt budget is used up.",
+            "dimension_mismatch": "The provider's declared embedding dimension is not "
+            "the one this request needs.",
         }.get(reason, reason)
     return ProviderResult(
         provider=name,
@@ -215,6 +218,16 @@ class Announce(Effect):
                     routed=self.routed)  # fmt: skip
 
 
+def _target(request: AuditRequest, setup: _Setup) -> int | None:
+    """The embeddings request's vector length (:func:`target_dimension`)."""
+    rows = setup.rows
+    candidates = (
+        (name, rows.get(name), _adapter_for(name, model, rows.get(name)))
+        for name, model in setup.plan.candidates
+    )
+    return target_dimension(request, candidates, setup.denied)
+
+
 def _gone_error() -> ClientDisconnectedError:
     return ClientDisconnectedError()
 
@@ -242,6 +255,8 @@ class _Session:
         )
         # Candidates the caller may not use: skipped as not_allowed (docs/operations.md).
         self.denied = setup.denied
+        if request.call == "embed":  # every candidate is held to one vector length
+            self.request = replace(request, expected_dimensions=_target(request, setup))
         # Set by the one exit (:meth:`finish`), which runs once.
         self.routed: RoutingResult | None = None
         # Steps: how each strategy ordered its step, the places in flight held (given
@@ -320,7 +335,7 @@ class _Session:
             yield Observe(config, gone)
             self.walk.add(**_attempt_record(gone, served=False))
             raise
-        result = sanitized(result, request)
+        result = checked_answer(sanitized(result, request), request, config)
         if not (defer_success and result.ok):
             try:
                 yield Observe(config, result)

@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('llm_routing', '0009_obs_cost'),
+        ('llm_routing', '0010_embeddings'),
     ]
 
     operations = [
