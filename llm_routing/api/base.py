@@ -26,7 +26,7 @@ from django.http import HttpRequest, HttpResponse
 from django.http.response import HttpResponseBase
 from django.utils.module_loading import import_string
 from rest_framework.authentication import BaseAuthentication
-from rest_framework.exceptions import NotFound, PermissionDenied
+from rest_framework.exceptions import NotFound, PermissionDenied, ValidationError
 from rest_framework.permissions import AllowAny, BasePermission, IsAuthenticated
 from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
@@ -64,6 +64,24 @@ def in_thread(func: Callable[P, R]) -> Callable[P, Awaitable[R]]:
             close_old_connections()
 
     return sync_to_async(run, thread_sensitive=False)
+
+
+#: The header that carries a prompt-cache affinity key (docs/strategies.md).
+AFFINITY_HEADER = "HTTP_X_LLM_AFFINITY"
+AFFINITY_MAX_CHARS = 256
+
+
+def affinity_header(request: Request) -> str | None:
+    """The ``X-LLM-Affinity`` header's key (None: absent or blank); a 400 when it is
+    longer than :data:`AFFINITY_MAX_CHARS` or holds a control character."""
+    value = request.META.get(AFFINITY_HEADER)
+    if not value or not value.strip():
+        return None
+    if len(value) > AFFINITY_MAX_CHARS or any(ord(c) < 32 or ord(c) == 127 for c in value):
+        raise ValidationError(
+            {"X-LLM-Affinity": [f"At most {AFFINITY_MAX_CHARS} printable characters."]}
+        )
+    return str(value)
 
 
 def _on_event_loop() -> bool:
@@ -192,7 +210,11 @@ class RoutingAPIView(APIView):
         permission the caller lacks, the 404 of a name that does not exist for a chain
         or provider they may not see (:func:`llm_routing.access.refusal`;
         docs/operations.md)."""
-        audit_request = replace(audit_request, principal=principal_for(request.user))
+        audit_request = replace(
+            audit_request,
+            principal=principal_for(request.user),
+            affinity=audit_request.affinity or affinity_header(request),
+        )
         refused = refusal(audit_request, viewer_for(request.user))
         if refused is not None and refused.status == 404:  # a name they may not see
             raise NotFound(refused.message, code=refused.code)
