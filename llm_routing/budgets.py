@@ -60,7 +60,7 @@ from .cache import (
 )
 from .conf import routing_settings
 from .models import Budget
-from .signals import defer, send
+from .signals import defer, deferring, send
 from .types import Principal, RoutingResult
 
 __all__ = [
@@ -913,8 +913,9 @@ def _used(routed: RoutingResult) -> tuple[int, Decimal]:
 
 def _on_request_routed(sender: Any, routed: RoutingResult | None = None, **kwargs: Any) -> None:
     """The routed request's usage (streams included), once, at the router's finish. On
-    an event loop (the async router) the settlement is a task on that loop: the
-    receiver returns without waiting on the cache."""
+    an event loop (the async router) the settlement is a task on that loop, which the
+    router's announcement awaits; sent synchronously on a loop, nothing awaits a task, so
+    a worker thread settles instead. Either way the receiver never waits on the cache."""
     grant = _current.get()
     if routed is None or grant is None or grant.released:
         forget()
@@ -927,10 +928,26 @@ def _on_request_routed(sender: Any, routed: RoutingResult | None = None, **kwarg
         return
     grant.released = True
     _current.set(None)
-    task = loop.create_task(_asettle(grant, *_amounts(*_used(routed))))
+    tokens, nano = _amounts(*_used(routed))
+    if not deferring():
+        # Sent synchronously on the loop (the async router's exit, torn down by a
+        # cancellation or a failed announcement): a task could be cancelled with its
+        # loop, losing the charge and holding the place in flight until its lease. A
+        # worker thread of the loop's executor finishes whatever happens to the loop
+        # (``asyncio.run`` waits for it).
+        loop.run_in_executor(None, _settle_quietly, grant, tokens, nano)
+        return
+    task = loop.create_task(_asettle(grant, tokens, nano))
     _settling.add(task)
     task.add_done_callback(_settling.discard)
     defer(task)  # the async router's exit awaits it: never lost to a loop's end
+
+
+def _settle_quietly(grant: Grant, tokens: int, nano: int) -> None:
+    try:
+        _settle_grant(grant, tokens, nano)
+    except Exception:  # a soft-threshold receiver: logged, the charge is made
+        logger.exception("Settling a request's budgets failed.")
 
 
 def _on_request_finished(sender: Any, **kwargs: Any) -> None:

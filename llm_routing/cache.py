@@ -335,7 +335,12 @@ _scripts: dict[tuple[str, str], Any] = {}
 def _script(kind: str, client: Any, source: str) -> Any:
     script = _scripts.get((kind, source))
     if script is None:
-        script = _scripts.setdefault((kind, source), client.register_script(source))
+        script = client.register_script(source)
+        # Every call passes its own client: the Script must not keep the one it was
+        # registered with (an event loop's redis.asyncio client holds that loop, its
+        # pool and its sockets).
+        script.registered_client = None
+        script = _scripts.setdefault((kind, source), script)
     return script
 
 

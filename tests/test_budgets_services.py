@@ -354,9 +354,11 @@ def test_the_async_settlement_releases_and_counts_on_redis(prefix: str, token: s
     """On an event loop (the async router) ``request_routed`` settles through
     redis.asyncio in a task: the tokens land, the place in flight is given back."""
     from llm_routing.router import route
+    from llm_routing.signals import asend, request_routed
     from llm_routing.types import AuditRequest
 
-    routed = route(AuditRequest(task="t", input_text="x", provider="mock"), persist=False)
+    request = AuditRequest(task="t", input_text="x", provider="mock")
+    routed = route(request, persist=False)
     tokens = routed.result.usage.input_tokens + routed.result.usage.output_tokens
     assert tokens > 0
     budget = Budget.objects.create(name="aset", scope="token", subject=token, max_tokens=10**6)
@@ -364,9 +366,8 @@ def test_the_async_settlement_releases_and_counts_on_redis(prefix: str, token: s
     other = contextvars.Context().run(budgets.check, None, token)  # another request
     assert other is not None and other.code == "budget_in_flight"  # the peak is unknown
 
-    async def finish() -> None:
-        budgets._on_request_routed(None, routed=routed)
-        await asyncio.gather(*budgets._settling)
+    async def finish() -> None:  # as the async router's exit announces it
+        await asend(request_routed, request_id=routed.request_id, request=request, routed=routed)
 
     asyncio.run(finish())
     assert budgets._SETTLE_LUA in scripts_loaded("async")  # the redis.asyncio path ran

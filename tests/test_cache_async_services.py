@@ -8,6 +8,7 @@ import asyncio
 import gc
 import os
 import uuid
+import weakref
 
 import pytest
 
@@ -120,8 +121,11 @@ def test_a_closed_event_loops_client_is_let_go() -> None:
     aredis = async_redis(cache)
     assert aredis is not None, "the services suite runs the routing cache on Redis"
     key = f"llmr-async-loops-{uuid.uuid4().hex}"
+    loops_seen: list[weakref.ReferenceType[asyncio.AbstractEventLoop]] = []
 
     async def use_the_cache() -> object:
+        loops_seen.append(weakref.ref(asyncio.get_running_loop()))
+        await aredis.run_script("return 1", [], [])  # a script (registered once) too
         return await aredis.get(key)
 
     asyncio.run(use_the_cache())  # the first loop: one client (and its socket) at most
@@ -133,3 +137,5 @@ def test_a_closed_event_loops_client_is_let_go() -> None:
     assert loops == 1 and aredis.loops() == 1  # the last loop's, closed since
     assert _open_fds() <= fds
     assert _connections_to_this_db(cache) <= server
+    # No closed loop is kept alive but the last (not by its client, not by a script).
+    assert [ref() is None for ref in loops_seen] == [True] * 12 + [False]

@@ -25,14 +25,22 @@ from __future__ import annotations
 
 import asyncio
 import gc
-from collections.abc import Iterator
+import os
+import threading
+import time
+import weakref
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
+from django.db import connections
+from django.db.backends.signals import connection_created
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import llm_routing
 from llm_routing import budgets, effects, recorder, router
+from llm_routing.cache import async_redis, raw_redis, routing_cache
 from llm_routing.effects import Effect
 from llm_routing.models import Budget, RoutingDecision
 from llm_routing.signals import request_routed
@@ -48,8 +56,6 @@ from llm_routing.types import (
 
 from .conftest import make_chain, make_provider
 
-pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("driver")]
-
 LEDGER = settings(
     max_examples=80,
     deadline=None,
@@ -57,6 +63,10 @@ LEDGER = settings(
     database=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
+#: The services variants: the same cases, fewer of them (the real servers are slower).
+LEDGER_SERVICES = settings(LEDGER, max_examples=40)
+#: Async streams: a real event loop and worker threads per request.
+LEDGER_ASYNC = settings(LEDGER, max_examples=60)
 
 
 class Injected(Exception):
@@ -190,14 +200,34 @@ def _drive(stream: bool, client: str) -> list[Any]:
     return out
 
 
-@LEDGER
-@given(
-    at=st.integers(min_value=0, max_value=16),
-    stream=st.booleans(),
-    client=st.sampled_from(["all", "close", "drop"]),
-    cancel=st.booleans(),
-)
-def test_every_request_that_reached_the_walk_is_recorded_charged_and_clean(
+def _tokens_charged() -> int:
+    """The tokens counted in the global budget's current window (the real counter)."""
+    return budgets.usage(Budget.objects.filter(name="everyone"))["everyone"].tokens
+
+
+def _places_in_flight() -> int:
+    """Requests holding a place in the global budget's in-flight set (a Redis sorted set,
+    or a dict in the LocMem cache)."""
+    budget = Budget.objects.get(name="everyone")
+    key = budgets._key(budget, budgets._start(budget, budgets.clock()), "inflight")
+    cache = routing_cache()
+    client = raw_redis(cache)
+    if client is not None:
+        return int(client.zcard(cache.make_key(key)))
+    return len(cache.get(key) or {})
+
+
+def _keyless(events: list[Any], key: str) -> None:
+    """No key value left the router, whole or split across chunks."""
+    text = "".join(e.text for e in events if isinstance(e, StreamChunk))
+    arguments = "".join(
+        e.tool_call.arguments for e in events if isinstance(e, StreamChunk) and e.tool_call
+    )
+    assert key not in text and key not in arguments
+    assert all(key not in repr(e) for e in events)
+
+
+def _one_sync_driver_request(
     ledger: tuple[Ledger, dict[str, Any]],
     driver: str,
     key_env: str,
@@ -206,23 +236,20 @@ def test_every_request_that_reached_the_walk_is_recorded_charged_and_clean(
     client: str,
     cancel: bool,
 ) -> None:
-    """``cancel`` (async driver): the fault is a cancellation (``CancelledError`` at that
-    effect, as when the server cancels the request's task) instead of an exception."""
     book, state = ledger
     state["routed"].clear()
     state["queued"].clear()
-    # On the async driver only non-stream requests are driven here. The async stream
-    # harness (tests/drivers.py: a private event loop per stream, the router's off-loop
-    # calls on the test's own connection) leaks that connection into later event loops
-    # when a stream is closed with a fault in its cleanup, and crashed the interpreter
-    # once in the whole suite (a segfault in asgiref's context restore). Async streams'
-    # exit is tested by test_issue22_core.py (both drivers) and, closed and cancelled,
-    # by test_router_async.py and over HTTP by test_api_async_upstream.py.
+    # Async streams run in test_async_streams_… below (a real loop per request, the
+    # router's off-loop calls in worker threads on committed rows). The harness of
+    # tests/drivers.py (a private event loop per stream, the router's off-loop calls on
+    # the test's own connection) leaks that connection into later event loops when a
+    # stream is closed with a fault in its cleanup.
     if driver == "async" and stream:
         stream = False
     cancelled = cancel and driver == "async"
     book.reset(at, asyncio.CancelledError if cancelled else Injected)
     rows_before = RoutingDecision.objects.count()
+    charged_before = _tokens_charged()
     refusal = budgets.check(None, None)  # the request's grant: a place in flight
     assert refusal is None
     try:
@@ -236,23 +263,305 @@ def test_every_request_that_reached_the_walk_is_recorded_charged_and_clean(
     finally:
         grant = budgets._current.get()
         budgets.forget()  # what the end of an HTTP request does
+    note = f"{driver} stream={stream} client={client} {book.fault.__name__} at {book.hit}"
+    assert _places_in_flight() == 0, note
     if book.reached:  # the exit settled the grant (not the forget above)
         assert grant is None or grant.released, "the place in flight was not settled"
     if not book.reached:
         assert state["routed"] == [] and RoutingDecision.objects.count() == rows_before
         return
-    note = f"{driver} stream={stream} client={client} {book.fault.__name__} at {book.hit}"
     # The one exit, exactly once.
     assert len(state["routed"]) == 1, note
     routed = state["routed"][0]
     recorded = RoutingDecision.objects.filter(request_id=routed.request_id).count()
     assert recorded + state["queued"].count(routed.request_id) == 1, note
-    # Charged what the upstream reported.
+    # Charged what the upstream reported: by the exit, and in the budget's counter.
     assert budgets._used(routed)[0] == book.reported, note
-    # No key value left the router, whole or split across chunks.
-    text = "".join(e.text for e in events if isinstance(e, StreamChunk))
-    arguments = "".join(
-        e.tool_call.arguments for e in events if isinstance(e, StreamChunk) and e.tool_call
-    )
-    assert key_env not in text and key_env not in arguments
-    assert all(key_env not in repr(e) for e in events)
+    assert _tokens_charged() - charged_before == book.reported, note
+    _keyless(events, key_env)
+
+
+SYNC_DRIVER_CASES = {
+    "at": st.integers(min_value=0, max_value=16),
+    "stream": st.booleans(),
+    "client": st.sampled_from(["all", "close", "drop"]),
+    "cancel": st.booleans(),
+}
+
+
+@pytest.mark.django_db
+@pytest.mark.usefixtures("driver")
+@LEDGER
+@given(**SYNC_DRIVER_CASES)
+def test_every_request_that_reached_the_walk_is_recorded_charged_and_clean(
+    ledger: tuple[Ledger, dict[str, Any]],
+    driver: str,
+    key_env: str,
+    at: int,
+    stream: bool,
+    client: str,
+    cancel: bool,
+) -> None:
+    """``cancel`` (async driver): the fault is a cancellation (``CancelledError`` at that
+    effect, as when the server cancels the request's task) instead of an exception."""
+    _one_sync_driver_request(ledger, driver, key_env, at, stream, client, cancel)
+
+
+@pytest.mark.services
+@pytest.mark.django_db
+@pytest.mark.usefixtures("driver")
+@LEDGER_SERVICES
+@given(**SYNC_DRIVER_CASES)
+def test_every_request_is_recorded_charged_and_clean_on_postgresql_and_redis(
+    ledger: tuple[Ledger, dict[str, Any]],
+    driver: str,
+    key_env: str,
+    at: int,
+    stream: bool,
+    client: str,
+    cancel: bool,
+) -> None:
+    """The ledger above on PostgreSQL and Redis (the budget's Lua scripts, its in-flight
+    sorted set, the routing cache's redis.asyncio client on the async driver)."""
+    _one_sync_driver_request(ledger, driver, key_env, at, stream, client, cancel)
+
+
+# --- async streams, each request on its own event loop ---------------------------------
+
+
+class Leftovers:
+    """What a request could leave behind, counted after the garbage collector ran:
+    threads, open file descriptors, database connections opened by the router's worker
+    threads and still open, PostgreSQL sessions of this database, and event loops
+    holding a redis.asyncio client of the routing cache.
+
+    Allowed, and documented: the test's own database connection (its transaction or
+    session), the routing cache's one sync ``redis.Redis`` pool (docs/production.md,
+    "Caches and their staleness") and, for the async Redis client, the loop closed last
+    (let go when the next loop asks for one, with the connections its pool opened).
+    Each is reached by warm-up requests before the first count (the baseline is their
+    highest count), so no count may go above it."""
+
+    def __init__(self) -> None:
+        self.opened: list[tuple[weakref.ReferenceType[Any], int]] = []
+        self.main = threading.get_ident()
+
+    def created(self, sender: Any, connection: Any, **kwargs: Any) -> None:
+        self.opened.append((weakref.ref(connection), threading.get_ident()))
+
+    def worker_connections(self) -> int:
+        """Connections opened off the test's thread that are still open (an in-memory
+        SQLite database is never closed by Django: not counted)."""
+        live = 0
+        for ref, ident in self.opened:
+            wrapper = ref()
+            if wrapper is None or ident == self.main or wrapper.connection is None:
+                continue
+            if wrapper.vendor == "sqlite" and wrapper.is_in_memory_db():
+                continue
+            live += 1
+        return live
+
+    def assert_none_over(self, baseline: dict[str, int], note: str) -> None:
+        """Nothing counted above ``baseline``. A PostgreSQL backend leaves
+        ``pg_stat_activity`` a moment after its client closed: that count is read again
+        (a bounded wait, never an assertion on time) until it is down or the wait ends."""
+        counts = self.count()
+        for _ in range(100):
+            if counts.get("postgresql sessions", 0) <= baseline.get("postgresql sessions", 0):
+                break
+            time.sleep(0.05)
+            counts = self.count()
+        over = {k: (v, baseline[k]) for k, v in counts.items() if v > baseline[k]}
+        assert not over, f"left over (now, before): {over}; {note}"
+
+    def count(self) -> dict[str, int]:
+        gc.collect()
+        counts = {
+            "threads": threading.active_count(),
+            "fds": len(os.listdir("/proc/self/fd")) if os.path.isdir("/proc/self/fd") else 0,
+            "worker db connections": self.worker_connections(),
+        }
+        connection = connections["default"]
+        if connection.vendor == "postgresql":
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                )
+                counts["postgresql sessions"] = int(cursor.fetchone()[0])
+        aredis = async_redis(routing_cache())
+        if aredis is not None:
+            counts["loops holding a redis client"] = aredis.loops()
+        return counts
+
+
+@pytest.fixture
+def leftovers() -> Iterator[Leftovers]:
+    tracker = Leftovers()
+    connection_created.connect(tracker.created, dispatch_uid="test_issue22_ledger_leftovers")
+    try:
+        yield tracker
+    finally:
+        connection_created.disconnect(dispatch_uid="test_issue22_ledger_leftovers")
+
+
+MESSAGES = [{"role": "user", "content": "x"}]
+
+
+async def _consume_async(stream: bool, client: str, out: list[Any]) -> None:
+    """One request through ``llm_routing.achat``; the client reads everything, closes
+    the stream after its first event (``aclose()``), cancels its reading task mid-stream,
+    or drops the iterator after the first event (the loop's async-generator finalizer
+    then closes it)."""
+    if not stream:
+        out.append(await llm_routing.achat(MESSAGES))
+        return
+    events = await llm_routing.achat(MESSAGES, stream=True)
+    if client == "all":
+        async for event in events:
+            out.append(event)
+        return
+    if client == "cancel":
+        first = asyncio.Event()
+
+        async def read(events: AsyncIterator[Any]) -> None:
+            async for event in events:
+                out.append(event)
+                first.set()
+
+        task = asyncio.ensure_future(read(events))
+        waiter = asyncio.ensure_future(first.wait())
+        await asyncio.wait([task, waiter], return_when=asyncio.FIRST_COMPLETED)
+        waiter.cancel()
+        task.cancel()  # at whatever the stream awaits next (or a no-op: it has ended)
+        await asyncio.gather(task, waiter, return_exceptions=True)
+        if task.cancelled():
+            return
+        task.result()  # a fault raised into the client: the caller sees it
+        return
+    async for event in events:
+        out.append(event)
+        break
+    if client == "aclose":
+        await events.aclose()  # type: ignore[attr-defined]
+        return
+    del events  # dropped: the loop's finalizer hook schedules its aclose()
+    gc.collect()
+    current = asyncio.current_task()
+    for _ in range(100):  # let the scheduled close run to its end (as a server's loop)
+        await asyncio.sleep(0)
+        pending = [t for t in asyncio.all_tasks() if t is not current]
+        if not pending:
+            break
+        await asyncio.gather(*pending, return_exceptions=True)
+
+
+async def _one_async_request(
+    stream: bool, client: str, out: list[Any]
+) -> tuple[budgets.Grant | None, BaseException | None]:
+    """The request as an async view serves it: its budget check (a place in flight),
+    the call, then the end of the request (``forget``)."""
+    assert await budgets.acheck(None, None) is None
+    grant = budgets._current.get()
+    raised: BaseException | None = None
+    try:
+        await _consume_async(stream, client, out)
+    except (Injected, asyncio.CancelledError) as exc:
+        raised = exc
+    finally:
+        budgets.forget()
+    return grant, raised
+
+
+def _one_async_stream_request(
+    ledger: tuple[Ledger, dict[str, Any]],
+    leftovers: Leftovers,
+    key_env: str,
+    at: int,
+    cancel: bool,
+    stream: bool,
+    client: str,
+) -> None:
+    book, state = ledger
+    if "baseline" not in state:  # warm-up requests: the documented pools exist
+        book.reset(-1, Injected)
+        counts = []
+        for stream, client in ((True, "all"), (False, "all"), (True, "cancel")):
+            asyncio.run(_one_async_request(stream, client, []))
+            counts.append(leftovers.count())
+        state["baseline"] = {k: max(c[k] for c in counts) for k in counts[0]}
+    state["routed"].clear()
+    state["queued"].clear()
+    book.reset(at, asyncio.CancelledError if cancel else Injected)
+    rows_before = RoutingDecision.objects.count()
+    charged_before = _tokens_charged()
+    events: list[Any] = []
+    grant, raised = asyncio.run(_one_async_request(stream, client, events))
+    note = f"async stream={stream} client={client} {book.fault.__name__} at {book.hit}"
+    assert _places_in_flight() == 0, note
+    if isinstance(raised, Injected):
+        # An exception ends a request only before its walk (the configuration read).
+        assert not book.reached, note
+    leftovers.assert_none_over(state["baseline"], note)
+    if not book.reached:
+        assert state["routed"] == [] and RoutingDecision.objects.count() == rows_before, note
+        return
+    assert grant is None or grant.released, f"the place in flight was not settled: {note}"
+    # The one exit, exactly once.
+    assert len(state["routed"]) == 1, note
+    routed = state["routed"][0]
+    recorded = RoutingDecision.objects.filter(request_id=routed.request_id).count()
+    assert recorded + state["queued"].count(routed.request_id) == 1, note
+    assert RoutingDecision.objects.count() - rows_before == recorded, note
+    # Charged what the upstream reported: by the exit, and in the budget's counter.
+    assert budgets._used(routed)[0] == book.reported, note
+    assert _tokens_charged() - charged_before == book.reported, note
+    _keyless(events, key_env)
+
+
+ASYNC_CASES = {
+    "at": st.integers(min_value=0, max_value=16),
+    "cancel": st.booleans(),
+    "stream": st.booleans(),
+    "client": st.sampled_from(["all", "aclose", "cancel", "drop"]),
+}
+
+
+@pytest.mark.django_db(transaction=True)
+@LEDGER_ASYNC
+@given(**ASYNC_CASES)
+def test_async_streams_are_recorded_charged_clean_and_leave_nothing_behind(
+    ledger: tuple[Ledger, dict[str, Any]],
+    leftovers: Leftovers,
+    key_env: str,
+    at: int,
+    cancel: bool,
+    stream: bool,
+    client: str,
+) -> None:
+    """``llm_routing.achat`` (stream or not), each request on its own event loop
+    (``asyncio.run``) with the router's database calls in worker threads, an exception
+    or a cancellation in place of each effect in turn, the client reading all, closing,
+    cancelling mid-stream or dropping the iterator: the ledger above, and afterwards no
+    thread, file descriptor, database connection or session and no Redis client left
+    over (:class:`Leftovers`)."""
+    _one_async_stream_request(ledger, leftovers, key_env, at, cancel, stream, client)
+
+
+@pytest.mark.services
+@pytest.mark.django_db(transaction=True)
+@LEDGER_ASYNC
+@given(**ASYNC_CASES)
+def test_async_streams_leave_nothing_behind_on_postgresql_and_redis(
+    ledger: tuple[Ledger, dict[str, Any]],
+    leftovers: Leftovers,
+    key_env: str,
+    at: int,
+    cancel: bool,
+    stream: bool,
+    client: str,
+) -> None:
+    """The async ledger on PostgreSQL (its sessions counted in ``pg_stat_activity``) and
+    Redis (the loops holding a redis.asyncio client: one per closed ``asyncio.run()``
+    loop was kept for the life of the process)."""
+    _one_async_stream_request(ledger, leftovers, key_env, at, cancel, stream, client)
