@@ -1,24 +1,28 @@
-"""Issue 22's ledger property (docs/testing.md, "Issue 22: core"): hypothesis drives
-requests through both drivers (sync and async), stream and not, with an exception
-injected at every effect in turn (the configuration read, the circuit, the upstream
-call, each stream read, the close, the backoff, the record, the announcement) — on the
-async driver also a cancellation — and the client reading everything, closing early
-or dropping the iterator. Streams run on the sync driver only (see the test for why).
-Afterwards:
+"""Issue 22's ledger property (docs/testing.md, "The one exit, the stream key filter and
+the ledger"): hypothesis drives requests through both drivers (sync and async), stream
+and not, with an exception injected at every effect in turn (the configuration read,
+the circuit, the upstream call, each stream read, the close, the backoff, the record,
+the announcement) — on the async driver also a cancellation — and the client reading
+everything, closing early, cancelling mid-stream or dropping the iterator. Afterwards:
 
 * every request that reached the walk ended through the one exit exactly once
   (``request_routed`` once), and was recorded (a decision row, or handed to the
   write-behind queue when it could not be written inline);
-* the tokens charged (what ``request_routed`` hands the budgets) == the tokens the
-  upstream reported;
+* the tokens charged (what ``request_routed`` hands the budgets, and the budget's own
+  counter) == the tokens the upstream reported;
 * no key value in any event that left the router (the upstream echoes the key in text
   and in tool-call arguments, split across chunks);
-* no place in flight is left: the request's budget grant was settled by the exit (and
-  the next example's budget check is let in: a place held would refuse it).
+* no place in flight is left in the budget's in-flight set;
+* on real event loops (``llm_routing.achat`` under ``asyncio.run``, the router's
+  database calls in worker threads): no thread, database connection, PostgreSQL
+  session, Redis client or file descriptor left over (:class:`Leftovers`).
 
-Bounded (derandomized, few examples) so the embedded suite stays fast. The upstream is
-the test adapter kind ``scripted`` (tests/conftest.py): in process, so the injected
-effect is the only fault.
+The sync-driver property runs the async driver through tests/drivers.py (non-stream
+only: that harness keeps the router's database calls on the test's connection); the
+async-stream property runs on committed rows instead. Each has a ``services`` variant
+on PostgreSQL and Redis. Bounded (derandomized, few examples) so the embedded suite
+stays fast. The upstream is the test adapter kind ``scripted`` (tests/conftest.py): in
+process, so the injected effect is the only fault.
 """
 
 from __future__ import annotations
