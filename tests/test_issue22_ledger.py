@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import json
 import os
 import threading
 import time
@@ -39,7 +40,7 @@ from typing import Any
 import pytest
 from django.db import connections
 from django.db.backends.signals import connection_created
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import llm_routing
@@ -590,3 +591,152 @@ def test_async_streams_leave_nothing_behind_on_postgresql_and_redis(
     Redis (the loops holding a redis.asyncio client: one per closed ``asyncio.run()``
     loop was kept for the life of the process)."""
     _async_ledger(ledger, leftovers, key_env)
+
+
+# --- the HTTP face under ASGI: the client reads all or goes away -------------------------
+
+
+async def _asgi_call(app: Any, token: str, body: dict[str, Any], client: str) -> tuple[int, bytes]:
+    """One ``POST /v1/chat/completions`` to the ASGI application, as a server hands it
+    over: the body, then ``http.disconnect`` once the response has ended — or, for
+    ``client == "leave"``, as soon as the first body chunk has been sent (the client
+    closed its connection mid-stream). (status, body bytes sent)."""
+    payload = json.dumps(body).encode()
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0", "spec_version": "2.3"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": "/v1/chat/completions",
+        "raw_path": b"/v1/chat/completions",
+        "root_path": "",
+        "query_string": b"",
+        "headers": [
+            (b"host", b"testserver"),
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(payload)).encode()),
+            (b"authorization", f"Token {token}".encode()),
+        ],
+        "client": ("127.0.0.1", 50000),
+        "server": ("testserver", 80),
+    }
+    gone = asyncio.Event()
+    sent_body = False
+    status = 0
+    chunks: list[bytes] = []
+
+    async def receive() -> dict[str, Any]:
+        nonlocal sent_body
+        if not sent_body:
+            sent_body = True
+            return {"type": "http.request", "body": payload, "more_body": False}
+        await gone.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        nonlocal status
+        if message["type"] == "http.response.start":
+            status = int(message["status"])
+        elif message["type"] == "http.response.body":
+            if gone.is_set():
+                raise OSError("the client has gone")  # as a server's closed transport
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body", False) or (client == "leave" and chunks[-1]):
+                gone.set()
+
+    await app(scope, receive, send)
+    return status, b"".join(chunks)
+
+
+@pytest.fixture
+def http_token(django_user_model: Any) -> str:
+    from rest_framework.authtoken.models import Token
+
+    user = django_user_model.objects.create_user(username="ledger", password="pw-ledger-123")
+    return str(Token.objects.create(user=user).key)
+
+
+HTTP_CASES = {
+    "at": st.integers(min_value=0, max_value=16),
+    "cancel": st.booleans(),
+    "stream": st.booleans(),
+    "client": st.sampled_from(["all", "leave"]),
+    # The token's cache emptied first: authentication, admission and the budget check
+    # then run in a worker thread (else on the loop, answered from memory).
+    "cold": st.booleans(),
+}
+
+
+@settings(LEDGER, max_examples=40)
+@given(**HTTP_CASES)
+# The first effect (the configuration read) failing or cancelled, admission in a worker
+# thread: the request's place in flight was held until its lease.
+@example(at=1, cancel=False, stream=False, client="all", cold=True)
+@example(at=1, cancel=True, stream=True, client="all", cold=True)
+def _http_requests(
+    ledger: tuple[Ledger, dict[str, Any]],
+    token: str,
+    key_env: str,
+    at: int,
+    cancel: bool,
+    stream: bool,
+    client: str,
+    cold: bool,
+) -> None:
+    from llm_routing.api.authentication import clear_token_cache
+    from llm_routing.asgi import get_asgi_application
+
+    if cold:
+        clear_token_cache()
+    book, state = ledger
+    state["routed"].clear()
+    state["queued"].clear()
+    book.reset(at, asyncio.CancelledError if cancel else Injected)
+    rows_before = RoutingDecision.objects.count()
+    charged_before = _tokens_charged()
+    flying_before = _places_in_flight()
+    body = {"model": "main", "messages": MESSAGES, "stream": stream}
+    try:
+        status, sent = asyncio.run(_asgi_call(get_asgi_application(), token, body, client))
+    except asyncio.CancelledError:  # the request's task was cancelled (the server's)
+        status, sent = 0, b""
+    note = (
+        f"/v1 stream={stream} client={client} cold={cold} {book.fault.__name__} "
+        f"at {book.hit}: {status}"
+    )
+    assert _places_in_flight() == flying_before == 0, note
+    assert key_env not in sent.decode("utf-8", "replace"), note
+    if not book.reached:
+        assert state["routed"] == [] and RoutingDecision.objects.count() == rows_before, note
+        return
+    assert len(state["routed"]) == 1, note
+    routed = state["routed"][0]
+    recorded = RoutingDecision.objects.filter(request_id=routed.request_id).count()
+    assert recorded + state["queued"].count(routed.request_id) == 1, note
+    assert budgets._used(routed)[0] == book.reported, note
+    assert _tokens_charged() - charged_before == book.reported, note
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_asgi_face_records_charges_and_releases_whatever_the_client_does(
+    ledger: tuple[Ledger, dict[str, Any]], http_token: str, key_env: str
+) -> None:
+    """``POST /v1/chat/completions`` (stream and not) through the project's ASGI
+    application, each request on its own loop: a fault or a cancellation at each effect
+    in turn, the client reading the whole answer or going away after the first body
+    chunk. The ledger: one exit, one row, charged what the upstream reported, no place
+    left in flight (the end of the HTTP request releases a grant the router never
+    settled), and no key value in any byte sent."""
+    _http_requests(ledger, http_token, key_env)
+
+
+@pytest.mark.services
+@pytest.mark.django_db(transaction=True)
+def test_the_asgi_face_ledger_on_postgresql_and_redis(
+    ledger: tuple[Ledger, dict[str, Any]], http_token: str, key_env: str
+) -> None:
+    """The ASGI face's ledger on PostgreSQL and Redis (the token cache, throttles and
+    budgets on Redis: the admission answered from memory on the loop is the common
+    case there)."""
+    _http_requests(ledger, http_token, key_env)
