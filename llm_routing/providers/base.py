@@ -29,7 +29,7 @@ import threading
 import time
 import weakref
 from abc import ABC, abstractmethod
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
@@ -42,6 +42,7 @@ from jsonschema.exceptions import best_match
 from .. import seams
 from ..conf import routing_settings
 from ..errors import (
+    InvalidRequestError,
     NetworkError,
     ProviderError,
     ProviderTimeoutError,
@@ -179,6 +180,24 @@ class BaseProvider(ABC):
     async def aclose(self) -> None:
         """Release pooled resources from async code (this default: :meth:`close`)."""
         self.close()
+
+    def embed(
+        self, request: AuditRequest, *, api_key: str | None, timeout: float
+    ) -> ProviderResult:
+        """Embed ``request.inputs`` in one upstream call: ``result.vectors`` holds one
+        vector per input, in order. Raise a ProviderError subclass on failure. This
+        default serves none (a kind that declares no ``embeddings`` capability is
+        skipped as ``unsupported`` before it is called)."""
+        raise InvalidRequestError(f"Provider kind {self.kind!r} does not serve embeddings.")
+
+    async def aembed(
+        self, request: AuditRequest, *, api_key: str | None, timeout: float
+    ) -> ProviderResult:
+        """:meth:`embed` from async code (a worker thread, as :meth:`acomplete`)."""
+        if self.result_mode == "mock" or type(self).embed is BaseProvider.embed:
+            return self.embed(request, api_key=api_key, timeout=timeout)
+        embed = sync_to_async(self.embed, thread_sensitive=False)
+        return await embed(request, api_key=api_key, timeout=timeout)
 
     # === END async adapter interface ==================================================
 
@@ -358,10 +377,11 @@ class HttpProvider(BaseProvider):
 
     def _prepare(self, request: AuditRequest, api_key: str | None, timeout: float) -> _Call:
         timeouts = self.timeouts(timeout)
+        embed = request.call == "embed"
         return _Call(
-            url=self.endpoint(request),
+            url=self.embed_endpoint(request) if embed else self.endpoint(request),
             headers={"content-type": "application/json", **self.auth_headers(api_key)},
-            payload=self.build_payload(request),
+            payload=self.embed_payload(request) if embed else self.build_payload(request),
             timeouts=timeouts,
             deadline=time.monotonic() + float(timeouts.read or timeout),
         )
@@ -390,6 +410,8 @@ class HttpProvider(BaseProvider):
         data = self.decode(body)
         self.raise_for_error_body(data)
         try:
+            if request.call == "embed":
+                return self.parse_embeddings(data, request)
             return self.parse(data, request)
         except ProviderError as exc:
             exc.usage = self.usage_of(data)  # e.g. a structured answer that is invalid
@@ -652,6 +674,34 @@ class HttpProvider(BaseProvider):
     def parse(self, data: Any, request: AuditRequest) -> ProviderResult:
         """The normalized result of a 200 body; raise ResponseError when malformed."""
 
+    # --- embeddings (a kind that serves them overrides the three hooks) -----------------
+    def embed(
+        self, request: AuditRequest, *, api_key: str | None, timeout: float
+    ) -> ProviderResult:
+        """:meth:`complete`'s sequence with the embeddings hooks (:meth:`embed_endpoint`,
+        :meth:`embed_payload`, :meth:`parse_embeddings`): the same client, limits,
+        deadlines and error classification."""
+        return self.complete(request, api_key=api_key, timeout=timeout)
+
+    async def aembed(
+        self, request: AuditRequest, *, api_key: str | None, timeout: float
+    ) -> ProviderResult:
+        return await self.acomplete(request, api_key=api_key, timeout=timeout)
+
+    def embed_endpoint(self, request: AuditRequest) -> str:
+        """The absolute URL of an embeddings call (this default: the kind has none)."""
+        raise InvalidRequestError(f"Provider kind {self.kind!r} does not serve embeddings.")
+
+    def embed_payload(self, request: AuditRequest) -> dict[str, Any]:
+        """The vendor's embeddings request body."""
+        raise InvalidRequestError(f"Provider kind {self.kind!r} does not serve embeddings.")
+
+    def parse_embeddings(self, data: Any, request: AuditRequest) -> ProviderResult:
+        """The vectors of a 200 body (``result.vectors``); raise ResponseError when
+        malformed. Their count and length are checked by the walk
+        (:func:`llm_routing.providers.embeddings.checked_answer`)."""
+        raise ResponseError(f"Provider kind {self.kind!r} does not serve embeddings.")
+
     # --- helpers for subclasses -------------------------------------------------------
     def extra_params(self, reserved: frozenset[str]) -> dict[str, Any]:
         """``params`` of the row, minus the keys the adapter sets itself."""
@@ -667,8 +717,10 @@ class HttpProvider(BaseProvider):
         output_tokens: object = 0,
         finish_reason: object = None,
         tool_calls: tuple[ToolCall, ...] = (),
+        vectors: tuple[Sequence[float], ...] = (),
     ) -> ProviderResult:
         return ProviderResult(
+            vectors=vectors,
             provider=self.config.name,
             model=str(model) if isinstance(model, str) and model else self.config.model,
             mode="live",
