@@ -38,14 +38,15 @@ import math
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from decimal import Decimal
-from typing import Any
+from typing import Any, TypeVar
 
 from asgiref.sync import sync_to_async
 from django.core.cache.backends.locmem import LocMemCache
+from django.db import close_old_connections
 from django.db.models.signals import post_delete, post_save
 from django.dispatch import Signal
 
@@ -82,6 +83,7 @@ __all__ = [
 ]
 
 logger = logging.getLogger("llm_routing.budgets")
+T = TypeVar("T")
 
 #: ``budget_threshold_reached(sender, name, scope, subject, window, used, cap, metric)``:
 #: a budget's use crossed its soft threshold (once per budget and window).
@@ -658,6 +660,23 @@ def check(principal: Principal | None, token_key: str | None = None) -> Refusal 
     return None
 
 
+def _in_worker(fn: Callable[..., T]) -> Callable[..., Awaitable[T]]:
+    """``fn`` in a worker thread of the loop's executor, its database connection then
+    handled as at the end of a request (``close_old_connections``: closed, or back to
+    the pool, unless ``CONN_MAX_AGE`` keeps it). The budget rows' re-read and a soft
+    threshold's receivers query the database there; the executor's threads outlive the
+    request, and a connection left open in one stayed open (a pool slot held) until
+    the thread was collected."""
+
+    def run(*args: Any) -> T:
+        try:
+            return fn(*args)
+        finally:
+            close_old_connections()
+
+    return sync_to_async(run, thread_sensitive=False)
+
+
 async def acheck(principal: Principal | None, token_key: str | None = None) -> Refusal | None:
     """:func:`check` for code on the event loop, with the same counting and answers.
 
@@ -669,7 +688,7 @@ async def acheck(principal: Principal | None, token_key: str | None = None) -> R
     cache = routing_cache()
     aredis = async_redis(cache)
     if not _index_fresh() or (aredis is None and not isinstance(cache, LocMemCache)):
-        return await sync_to_async(check, thread_sensitive=False)(principal, token_key)
+        return await _in_worker(check)(principal, token_key)
     if aredis is None:  # LocMem: in process memory, nothing to wait on
         return check(principal, token_key)
     step = _begin(principal, token_key)
@@ -684,7 +703,7 @@ async def acheck(principal: Principal | None, token_key: str | None = None) -> R
     if reply[0]:
         return _refusal(step, reply[0])
     for crossing in _request_crossings(step, reply[1:]):
-        await sync_to_async(_crossed, thread_sensitive=False)(*crossing)
+        await _in_worker(_crossed)(*crossing)
     _granted(step)
     return None
 
@@ -800,7 +819,7 @@ async def _asettle(grant: Grant, tokens: int, nano: int) -> None:
     cache = routing_cache()
     aredis = async_redis(cache)
     if aredis is None:
-        await sync_to_async(_settle_grant, thread_sensitive=False)(grant, tokens, nano)
+        await _in_worker(_settle_grant)(grant, tokens, nano)
         return
     if (tokens <= 0 and nano <= 0) and not any(_reserves(b) for b in grant.budgets):
         return
@@ -811,7 +830,7 @@ async def _asettle(grant: Grant, tokens: int, nano: int) -> None:
         _cache_failed(exc)
         return
     for crossing in _usage_crossings(grant, tokens, nano, values):
-        await sync_to_async(_crossed, thread_sensitive=False)(*crossing)
+        await _in_worker(_crossed)(*crossing)
 
 
 def _usage_crossings(
@@ -948,6 +967,8 @@ def _settle_quietly(grant: Grant, tokens: int, nano: int) -> None:
         _settle_grant(grant, tokens, nano)
     except Exception:  # a soft-threshold receiver: logged, the charge is made
         logger.exception("Settling a request's budgets failed.")
+    finally:
+        close_old_connections()  # a worker thread: as _in_worker
 
 
 def _on_request_finished(sender: Any, **kwargs: Any) -> None:

@@ -377,3 +377,31 @@ def test_the_async_settlement_releases_and_counts_on_redis(prefix: str, token: s
     client = redis.Redis.from_url(REDIS_URL)
     assert not list(client.scan_iter(match=f"{prefix}:*aset*inflight"))  # released
     assert contextvars.Context().run(budgets.check, None, token) is None
+
+
+def test_the_budget_rows_read_off_the_loop_leave_no_connection_open(
+    require_services: None,
+) -> None:
+    """On the event loop, a due re-read of the budget rows (every ``ROWS_TTL_S``) runs
+    ``check`` in a worker thread of the loop's executor. That thread's connection was
+    left open: a PostgreSQL session (with the pool option, a pool slot) held by a thread
+    that outlives the request, until it was collected. Now it is closed as at the end of
+    a request (found by tests/test_issue22_ledger.py's async ledger on PostgreSQL)."""
+    from django.db.backends.signals import connection_created
+
+    Budget.objects.create(name="rows", scope="global", max_requests=10**6)
+    opened: list[Any] = []
+
+    def created(sender: Any, connection: Any, **kwargs: Any) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            opened.append(connection)
+
+    budgets.reset_cache_state()  # the rows are due for a re-read
+    connection_created.connect(created, dispatch_uid="test_rows_off_the_loop")
+    try:
+        assert asyncio.run(budgets.acheck(None)) is None
+    finally:
+        connection_created.disconnect(dispatch_uid="test_rows_off_the_loop")
+        budgets.forget()
+    assert opened, "the rows were read in a worker thread"
+    assert all(wrapper.connection is None for wrapper in opened)

@@ -33,6 +33,7 @@ import json
 import os
 import threading
 import time
+import traceback
 import weakref
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -348,24 +349,29 @@ class Leftovers:
     highest count), so no count may go above it."""
 
     def __init__(self) -> None:
-        self.opened: list[tuple[weakref.ReferenceType[Any], int]] = []
+        self.opened: list[tuple[weakref.ReferenceType[Any], int, str]] = []
         self.main = threading.get_ident()
 
     def created(self, sender: Any, connection: Any, **kwargs: Any) -> None:
-        self.opened.append((weakref.ref(connection), threading.get_ident()))
+        # Who opened it: the app's frames of the stack.
+        where = "".join(f for f in traceback.format_stack() if "/llm_routing/" in f)
+        self.opened.append((weakref.ref(connection), threading.get_ident(), where))
 
-    def worker_connections(self) -> int:
-        """Connections opened off the test's thread that are still open (an in-memory
-        SQLite database is never closed by Django: not counted)."""
-        live = 0
-        for ref, ident in self.opened:
+    def _open_in_workers(self) -> list[str]:
+        """Where each connection opened off the test's thread and still open was opened
+        (an in-memory SQLite database is never closed by Django: not counted)."""
+        live = []
+        for ref, ident, where in self.opened:
             wrapper = ref()
             if wrapper is None or ident == self.main or wrapper.connection is None:
                 continue
             if wrapper.vendor == "sqlite" and wrapper.is_in_memory_db():
                 continue
-            live += 1
+            live.append(where)
         return live
+
+    def worker_connections(self) -> int:
+        return len(self._open_in_workers())
 
     def assert_none_over(self, baseline: dict[str, int], note: str, *, collect: bool) -> None:
         """Nothing counted above ``baseline``. A PostgreSQL backend leaves
@@ -378,7 +384,8 @@ class Leftovers:
             time.sleep(0.05)
             counts = self.count(collect=collect)
         over = {k: (v, baseline[k]) for k, v in counts.items() if v > baseline[k]}
-        assert not over, f"left over (now, before): {over}; {note}"
+        opened = "".join(f"\nopened by:\n{where}" for where in self._open_in_workers())
+        assert not over, f"left over (now, before): {over}; {note}{opened}"
 
     def count(self, *, collect: bool) -> dict[str, int]:
         """The counts; ``collect``: after a full garbage collection, and the open file
