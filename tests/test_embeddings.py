@@ -386,7 +386,7 @@ def test_models_shows_which_names_serve_embeddings(api, fake_upstream):
 
 
 @pytest.mark.django_db(transaction=True)  # aembed records from a worker thread
-def test_embed_and_aembed(fake_upstream, key_env):
+def test_embed_and_aembed(fake_upstream, key_env, async_transport):
     make_chain("emb", [row("p", "openai", fake_upstream, embedding_dimensions=8)])
     routed = llm_routing.embed(TEXTS, chain="emb")
     assert routed.result.ok and [len(v) for v in routed.result.vectors] == [8, 8]

@@ -63,6 +63,7 @@ from ..types import (
     ToolCallDelta,
     Usage,
 )
+from . import aio
 from .classify import classify_http_error, from_httpx_exception, parse_retry_after
 from .streaming import MalformedEvent, StreamClock, StreamDecoder
 from .usage import reported_tokens
@@ -276,10 +277,11 @@ class HttpProvider(BaseProvider):
             if entry is not None and entry[0]() is loop:
                 return entry[1]
             # Clients of loops that are gone or closed cannot be closed any more: drop.
-            for key, (ref, _) in list(self._aclients.items()):
+            for key, (ref, stale) in list(self._aclients.items()):
                 owner = ref()
                 if owner is None or owner.is_closed():
                     del self._aclients[key]
+                    aio.abandon(stale)
             client = self._build_async_client()
             self._aclients[id(loop)] = (_loop_ref(loop), client)
         return client
@@ -301,7 +303,16 @@ class HttpProvider(BaseProvider):
         return httpx.Client(**self.client_options(), transport=transport)
 
     def _build_async_client(self) -> httpx.AsyncClient:
-        transport = self._async_transport or ShardedAsyncTransport.from_limits(pool_limits())
+        """httpx over aiohttp or over httpcore, as ``ASYNC_HTTP_TRANSPORT`` says
+        (:func:`llm_routing.providers.aio.transport_name`); a transport given to the
+        constructor wins."""
+        if self._async_transport is not None:
+            return httpx.AsyncClient(**self.client_options(), transport=self._async_transport)
+        if aio.transport_name() == "aiohttp":
+            return aio.UpstreamAsyncClient(
+                **self.client_options(), limits=pool_limits(), ssl_context=shared_ssl_context()
+            )
+        transport = ShardedAsyncTransport.from_limits(pool_limits())
         return httpx.AsyncClient(**self.client_options(), transport=transport)
 
     def _take_clients(
@@ -1051,8 +1062,10 @@ def _loop_ref(loop: asyncio.AbstractEventLoop) -> _LoopRef:
 def _close_on_owner(loop: asyncio.AbstractEventLoop | None, client: httpx.AsyncClient) -> None:
     """Close ``client`` on the loop that owns its connections when that loop runs
     (scheduled, not waited for); a client of a stopped or closed loop is dropped (its
-    connections cannot be closed from another loop)."""
+    connections cannot be closed from another loop; an aiohttp one is marked closed so
+    it is collected without a log: :func:`llm_routing.providers.aio.abandon`)."""
     if loop is None or loop.is_closed() or not loop.is_running():
+        aio.abandon(client)
         return
     try:
         asyncio.run_coroutine_threadsafe(client.aclose(), loop)
