@@ -77,6 +77,15 @@ MODULES: dict[str, tuple[str, list[str]]] = {
         "llm_routing/resilience/breaker.py",
         ["tests/test_breaker.py", "tests/test_breaker_router.py", "tests/test_breaker_adapters.py"],
     ),
+    "effects": (
+        "llm_routing/effects.py",
+        [
+            "tests/test_effects.py",
+            "tests/test_issue22_core.py",
+            "tests/test_router_async.py",
+            "tests/test_router_stream.py",
+        ],
+    ),
     "classify": (
         "llm_routing/providers/classify.py",
         [
