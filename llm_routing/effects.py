@@ -290,9 +290,14 @@ class _Core(Generic[T]):
                 self.done = effect
                 return None
 
-    def failed(self, effect: Effect[object], err: Exception) -> None:
-        """``effect`` raised ``err``: a quiet effect's fallback (logged) is sent to the
-        core, else the exception is raised into it at its yield."""
+    def failed(self, effect: Effect[object], err: BaseException) -> None:
+        """``effect`` raised ``err``. Anything but an Exception tears the driver down:
+        the core is abandoned and ``err`` re-raised. A quiet effect's Exception is
+        logged and its fallback sent to the core; any other is raised into the core at
+        its yield."""
+        if not isinstance(err, Exception):
+            _abandon(self.core)
+            raise err
         if not effect.quiet:
             self.exc = err
             return
@@ -313,11 +318,8 @@ def _drive(core: Steps[T], ctx: Context, *, gone: bool = False) -> T | Emit:
     while (effect := run.next_effect()) is not None:
         try:
             run.value = effect.run(ctx)
-        except Exception as err:
+        except BaseException as err:
             run.failed(effect, err)
-        except BaseException:
-            _abandon(core)
-            raise
     return run.done
 
 
@@ -342,11 +344,8 @@ async def _adrive(core: Steps[T], ctx: Context, *, gone: bool = False) -> T | Em
             else:
                 await _aunwind(core, ctx)
             raise
-        except Exception as err:
+        except BaseException as err:
             run.failed(effect, err)
-        except BaseException:
-            _abandon(core)
-            raise
     return run.done
 
 
