@@ -10,12 +10,14 @@ recording).
     .venv/bin/python bench/asgi_inprocess.py \\
         --database-url postgres://postgres@127.0.0.1:5432/llm_routing_gateways \\
         --redis-url redis://127.0.0.1:6379/0 [-n 3000] [-c 1] [--served lane,django] \\
-        [--py-spy PATH]
+        [--async-transport aiohttp,httpx] [--py-spy PATH]
 
 Prints the wall time and the process CPU time per request on each path (the
-upstream's CPU is not counted). The paths are measured in alternating blocks in one
-process (``--rounds``), so a neighbour's load on a shared machine falls on both alike;
-the median block of each is printed with the load average.
+upstream's CPU is not counted), on each async upstream transport asked for
+(``--async-transport``, default the shipped ``aiohttp``; ``aiohttp,httpx`` alternates
+the two, rebuilding the adapters at each switch). The paths are measured in
+alternating blocks in one process (``--rounds``), so a neighbour's load on a shared
+machine falls on each alike; the median block of each is printed with the load average.
 
 With ``--py-spy PATH`` (a py-spy binary; ``pip install py-spy`` in any virtualenv; use
 ``--served lane`` or ``--served django`` for one path's profile) it samples the run
@@ -88,14 +90,25 @@ def _scope(token: str, length: int) -> dict[str, Any]:
 
 
 async def _drive(
-    apps: dict[str, Any], token: str, n: int, concurrency: int, rounds: int
+    apps: dict[str, tuple[Any, str]], token: str, n: int, concurrency: int, rounds: int
 ) -> dict[str, tuple[float, float]]:
-    """Per path: the median (wall ms, CPU ms) per request over ``rounds`` blocks."""
+    """Per (path, async transport): the median (wall ms, CPU ms) per request over
+    ``rounds`` blocks. Switching the transport rebuilds the adapters (not timed)."""
     per: dict[str, list[tuple[float, float]]] = {name: [] for name in apps}
-    for app in apps.values():
+    current = [""]
+
+    async def use(app: Any, transport: str) -> None:
+        if transport != current[0]:
+            current[0] = transport
+            _use_transport(transport)
+            await _block(app, token, 3 * concurrency, concurrency)  # new connections
+
+    for app, transport in apps.values():
+        await use(app, transport)
         await _block(app, token, 50, 1)  # warm: the token cache, the snapshot, the pools
     for _ in range(rounds):
-        for name, app in apps.items():
+        for name, (app, transport) in apps.items():
+            await use(app, transport)
             per[name].append(await _block(app, token, max(1, n // rounds), concurrency))
     out = {}
     for name, blocks in per.items():
@@ -103,6 +116,18 @@ async def _drive(
         cpus = sorted(b[1] for b in blocks)
         out[name] = (walls[len(walls) // 2], cpus[len(cpus) // 2])
     return out
+
+
+def _use_transport(transport: str) -> None:
+    """``LLM_ROUTING["ASYNC_HTTP_TRANSPORT"]`` now, for adapters built from here on."""
+    from django.conf import settings
+
+    from llm_routing.conf import routing_settings
+    from llm_routing.providers import registry
+
+    settings.LLM_ROUTING["ASYNC_HTTP_TRANSPORT"] = transport
+    routing_settings.reload()
+    registry.clear_adapter_cache()  # each adapter's client is closed on this loop
 
 
 async def _block(app: Any, token: str, n: int, concurrency: int) -> tuple[float, float]:
@@ -165,6 +190,12 @@ def main() -> None:
     parser.add_argument(
         "--record-mode", default="write_behind", help="LLM_ROUTING_RECORD_MODE (shipped: inline)"
     )
+    parser.add_argument(
+        "--async-transport",
+        default="aiohttp",
+        help="the adapters' async client, LLM_ROUTING['ASYNC_HTTP_TRANSPORT'] (shipped: "
+        "aiohttp); 'aiohttp,httpx' measures both in alternating blocks",
+    )
     parser.add_argument("--py-spy", help="sample the run with this py-spy binary")
     parser.add_argument("--run", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -191,18 +222,24 @@ def main() -> None:
     )
     token = gateways.prepare_app(settings, port, port)
     os.environ.update(gateways.app_env(settings, 0))
+    transports = args.async_transport.split(",")
+    os.environ["LLM_ROUTING_ASYNC_HTTP_TRANSPORT"] = transports[0]
     os.chdir(ROOT)
     from llm_routing.asgi import get_asgi_application, lane
 
     django_app = get_asgi_application()
     known = {"lane": lane(django_app), "django": django_app}
-    apps = {name: known[name] for name in args.served.split(",")}
+    apps = {
+        f"{name} ({transport})": (known[name], transport)
+        for transport in transports
+        for name in args.served.split(",")
+    }
     load = os.getloadavg()[0]
     measured = asyncio.run(_drive(apps, token, args.n, args.c, args.rounds))
     after = os.getloadavg()[0]
     for name, (wall_ms, cpu_ms) in measured.items():
         print(
-            f"{name:6}: {args.n} requests, {args.c} in flight: {wall_ms:.3f} ms wall, "
+            f"{name:16}: {args.n} requests, {args.c} in flight: {wall_ms:.3f} ms wall, "
             f"{cpu_ms:.3f} ms CPU each (median of {args.rounds} blocks; "
             f"load average {load:.1f} before, {after:.1f} after)"
         )

@@ -6,9 +6,11 @@ JSON codec and the ASGI server, each measured before choosing.
         --database-url postgres://postgres@127.0.0.1:5432/llm_routing_gateways \\
         --redis-url redis://127.0.0.1:6379/0 [--parts json,client,server]
 
-The candidates that are not the app's dependencies (orjson, msgspec, aiohttp,
-granian) are imported from wherever ``PYTHONPATH`` points (``pip install --target DIR
-orjson msgspec aiohttp granian``); a missing one is reported, not measured.
+The candidates that are not the app's dependencies (orjson, msgspec, granian; aiohttp
+is one now, under the async adapters' httpx client) are imported from wherever
+``PYTHONPATH`` points (``pip install --target DIR orjson msgspec granian``); a missing
+one is reported, not measured. bench/async_transport.py measures the adapters' call on
+each async transport.
 
 * ``json``: µs per encode of a ``chat.completion`` answer and per decode of a chat
   request body (the shapes the app encodes and decodes once or twice per request),

@@ -6,7 +6,11 @@ answer, for each vendor adapter. Faces (``/v1/chat/completions``'s request parsi
 reference, ``/v1/responses``, ``/v1/messages``): the client's JSON body validated and
 translated into the router's request (``face.parse``), the routed answer translated back
 into the face's answer object (``face.body``), and the stream frames of a 40-chunk
-answer (``face.frames``), per request.
+answer (``face.frames``), per request. Embeddings (``/v1/embeddings``): one text and
+eight texts of about 200 characters, answered with 1536-dimensional vectors — the
+adapters' ``embed_payload`` + ``parse_embeddings`` (OpenAI's base64, Gemini's JSON
+numbers) and the walk's check of the answer (``checked_answer``), and the face's
+``parse`` and ``body`` (float and base64, from the vectors the openai adapter decoded).
 
     .venv/bin/python bench/translation.py            # print a Markdown table
     .venv/bin/python bench/translation.py --write    # also update docs/benchmarks.md
@@ -46,6 +50,7 @@ from django.core.management import call_command  # noqa: E402
 
 from bench.common import interleaved_samples, replace_docs_section  # noqa: E402
 from llm_routing.api import messages_serializers, responses_serializers  # noqa: E402
+from llm_routing.api.embeddings_face import EmbeddingsFace  # noqa: E402
 from llm_routing.api.faces import Face, Parsed  # noqa: E402
 from llm_routing.api.messages_face import MessagesFace  # noqa: E402
 from llm_routing.api.openai_compat import ChatCompletionRequestSerializer  # noqa: E402
@@ -53,6 +58,7 @@ from llm_routing.api.responses_face import ResponsesFace  # noqa: E402
 from llm_routing.api.reuse import reused  # noqa: E402
 from llm_routing.providers.anthropic import AnthropicProvider  # noqa: E402
 from llm_routing.providers.base import HttpProvider  # noqa: E402
+from llm_routing.providers.embeddings import checked_answer  # noqa: E402
 from llm_routing.providers.gemini import GeminiProvider  # noqa: E402
 from llm_routing.providers.openai import OpenAIProvider  # noqa: E402
 from llm_routing.types import (  # noqa: E402
@@ -120,6 +126,34 @@ def answers() -> dict[str, tuple[HttpProvider, AuditRequest, Any]]:
         )
     for adapter, request, answer in out.values():  # sanity: chat answers are tool calls
         assert bool(adapter.parse(answer, request).tool_calls) == (request is CHAT)
+    return out
+
+
+# --- embeddings: one text and eight, 1536-dimensional vectors ---------------------------
+
+DIMENSIONS = 1536
+EMBED_TEXTS = [f"{i}: " + _TEXT[:200] for i in range(8)]
+#: The embeddings requests measured: one text (a search query), eight (a batch).
+EMBEDS = {
+    n: AuditRequest(
+        task="embeddings", call="embed", inputs=tuple(EMBED_TEXTS[:n]), dimensions=DIMENSIONS
+    )
+    for n in (1, 8)
+}
+
+
+def embedding_answers() -> dict[str, tuple[HttpProvider, AuditRequest, Any]]:
+    """(adapter, request, its vendor's decoded answer) per vendor and size: the fake
+    upstream's answer to the adapter's payload."""
+    out: dict[str, tuple[HttpProvider, AuditRequest, Any]] = {}
+    for kind, cls in (("openai", OpenAIProvider), ("gemini", GeminiProvider)):
+        config = ProviderConfig(name=f"bench-{kind}", kind=kind, model="m")
+        adapter = cls(config)
+        for n, request in EMBEDS.items():
+            answer = upstream._embeddings_ok(kind, adapter.embed_payload(request), upstream.Fault())
+            result = checked_answer(adapter.parse_embeddings(answer, request), request, config)
+            assert result.ok and len(result.vectors[n - 1]) == DIMENSIONS  # sanity
+            out[f"{kind}, embeddings ({n} x {DIMENSIONS})"] = (adapter, request, answer)
     return out
 
 
@@ -229,6 +263,31 @@ def face_cases() -> dict[str, Callable[[], Any]]:
         "chat.completions, parse": lambda: _chat_parse(bare),
         "chat.completions, parse with 2 tools": lambda: _chat_parse(chat),
     }
+    embeddings = EmbeddingsFace()
+    answers = embedding_answers()
+    for n in EMBEDS:
+        # The vectors as the openai adapter hands them on (decoded base64: float32 arrays).
+        adapter, request, answer = answers[f"openai, embeddings ({n} x {DIMENSIONS})"]
+        vectors = adapter.parse_embeddings(answer, request).vectors
+        routed = RoutingResult(
+            request_id=_ROUTED.request_id,
+            result=ProviderResult(
+                provider="p", model="m", mode="live", status="ok", vectors=vectors, usage=Usage(50)
+            ),
+            metadata=_ROUTED.metadata,
+        )
+        body = {"model": "mock", "input": EMBED_TEXTS[:n]}
+        as_float = embeddings.parse(body)
+        as_base64 = embeddings.parse({**body, "encoding_format": "base64"})
+        assert len(embeddings.body(routed, as_base64)["data"]) == n  # sanity
+        size = f"{n} x {DIMENSIONS}"
+        cases[f"embeddings ({size}), parse"] = functools.partial(embeddings.parse, body)
+        cases[f"embeddings ({size}), body (float)"] = functools.partial(
+            embeddings.body, routed, as_float
+        )
+        cases[f"embeddings ({size}), body (base64)"] = functools.partial(
+            embeddings.body, routed, as_base64
+        )
     for name, face in faces.items():
         body = FACE_BODIES[name]
         without = {k: v for k, v in body.items() if k not in ("tools", "tool_choice")}
@@ -305,13 +364,37 @@ def main() -> None:
         rounds=args.rounds,
         warmup=args.warmup,
     )
+
+    def embed_sampler(
+        adapter: HttpProvider, request: AuditRequest, answer: Any
+    ) -> Callable[[], float]:
+        def run() -> float:
+            started = time.perf_counter()
+            for _ in range(args.batch):
+                adapter.embed_payload(request)
+                result = adapter.parse_embeddings(answer, request)
+                checked_answer(result, request, adapter.config)
+            return (time.perf_counter() - started) * 1e6 / args.batch
+
+        return run
+
+    samples.update(
+        interleaved_samples(
+            {kind: embed_sampler(*case) for kind, case in embedding_answers().items()},
+            rounds=args.rounds,
+            warmup=args.warmup,
+        )
+    )
     table = _table(samples, args, "adapter, request")
     print(table)
     if args.write:
         block = (
             f"{BEGIN}\n## Adapter translation\n\n"
             "Script: `bench/translation.py` (`--write` regenerates this section): "
-            "`build_payload` + `parse` per call, no network.\n\n"
+            "`build_payload` + `parse` per call, no network; for embeddings "
+            "`embed_payload` + `parse_embeddings` + the walk's `checked_answer` of one "
+            "and of eight 1536-dimensional vectors (OpenAI's base64, Gemini's JSON "
+            "numbers).\n\n"
             f"{table}\n{END}"
         )
         replace_docs_section(ROOT / "docs" / "benchmarks.md", BEGIN, END, block)

@@ -39,7 +39,7 @@ ADMIN_TEST_TASK = "admin_test"
 ADMIN_TEST_INPUT = "Reply with the single word: pong"
 
 #: The capabilities a request may need (``adapter.supports(name)``).
-CAPABILITIES = ("structured_output", "streaming", "prefill")
+CAPABILITIES = ("structured_output", "streaming", "prefill", "embeddings")
 
 
 class ProviderForm(forms.ModelForm):
@@ -107,6 +107,8 @@ class ProviderAdmin(admin.ModelAdmin):
                     "supports_prefill",
                     "supports_tools",
                     "supports_images",
+                    "supports_embeddings",
+                    "embedding_dimensions",
                 ]
             },
         ),

@@ -26,6 +26,7 @@ WORDS: dict[str, str] = {
     "unknown_provider": "unknown provider",
     "not_allowed": "not allowed for this user",
     "unsupported": "cannot serve this request",
+    "dimension_mismatch": "other embedding dimension",
     "deadline": "out of time",
     "attempt_budget": "out of attempts",
     # error categories

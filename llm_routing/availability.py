@@ -7,7 +7,9 @@ circuit without claiming a probe slot). Its reasons, in the order they are check
 ``not_allowed`` (the caller's access rules; never the mock) · ``unknown_provider`` (no
 row, or — forced — no adapter for its kind) · ``disabled`` · ``unknown_provider`` (no
 adapter for its kind) · ``missing_key`` · ``unsupported`` (a capability the request
-needs: :func:`missing_capability`) · ``budget_exhausted`` (the request-wide deadline or
+needs: :func:`missing_capability`) · ``dimension_mismatch`` (an embeddings request:
+the row declares a vector length other than the request's target,
+:func:`target_dimension`) · ``budget_exhausted`` (the request-wide deadline or
 attempt budget leaves no room for a real call; checked before the circuit so a
 half-open probe slot is never taken in vain) · ``circuit_open`` (last: the breaker's
 ``Allow`` effect, which may claim the half-open probe slot, or ``PeekCircuit``).
@@ -18,6 +20,8 @@ request's own (``needs``: continuation's ``prefill``).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from .effects import Steps
 from .models import Provider
 from .providers.base import BaseProvider
@@ -25,7 +29,10 @@ from .resilience.breaker import Allow, PeekCircuit
 from .resilience.budget import Budget
 from .types import CAPABILITIES, MOCK_PROVIDER_NAME, AuditRequest
 
-__all__ = ["SKIP_REASONS", "may_try", "missing_capability"]
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+__all__ = ["SKIP_REASONS", "may_try", "missing_capability", "target_dimension"]
 
 #: Every reason :func:`may_try` can give, in the order it checks them.
 SKIP_REASONS = (
@@ -34,6 +41,7 @@ SKIP_REASONS = (
     "disabled",
     "missing_key",
     "unsupported",
+    "dimension_mismatch",
     "budget_exhausted",
     "circuit_open",
 )
@@ -48,6 +56,33 @@ def missing_capability(
     for capability in CAPABILITIES:
         if capability in needed and not adapter.supports(capability):
             return capability
+    return None
+
+
+def target_dimension(
+    request: AuditRequest,
+    candidates: Iterable[tuple[str, Provider | None, BaseProvider | None]],
+    denied: frozenset[str] = frozenset(),
+) -> int | None:
+    """The vector length every candidate of an embeddings request is held to: the
+    ``dimensions`` the client asked for, else the declared ``embedding_dimensions`` of
+    the first candidate (in plan order) that is enabled, usable by the caller, serves
+    embeddings and declares one; None when none does (then only the answer's own
+    consistency is checked). Set once per request by the walk (and explain) as
+    ``request.expected_dimensions``; :func:`may_try` skips a candidate declaring
+    another length as ``dimension_mismatch``, and an answer of another length is a
+    ``response`` error (:func:`llm_routing.providers.embeddings.checked_answer`): two
+    vector spaces are never mixed."""
+    if request.call != "embed":
+        return None
+    if request.dimensions is not None:
+        return request.dimensions
+    for name, row, adapter in candidates:
+        if adapter is None or name in denied or (row is not None and not row.enabled):
+            continue
+        declared = adapter.config.embedding_dimensions
+        if declared is not None and adapter.supports("embeddings"):
+            return declared
     return None
 
 
@@ -86,6 +121,9 @@ def may_try(
         return "missing_key"
     if missing_capability(adapter, request, needs) is not None:
         return "unsupported"
+    expected, declared = request.expected_dimensions, adapter.config.embedding_dimensions
+    if request.call == "embed" and None not in (expected, declared) and expected != declared:
+        return "dimension_mismatch"
     if budget is not None and not budget.can_start():
         return "budget_exhausted"
     allowed = yield from (Allow(adapter.config) if claim else PeekCircuit(adapter.config))

@@ -300,10 +300,12 @@ def _rows_changed(**kwargs: Any) -> None:
         _rows = None
 
 
-def applicable(principal: Principal | None, token_key: str | None = None) -> list[Budget]:
+def applicable(
+    principal: Principal | None, token_key: str | None = None, index: _Index | None = None
+) -> list[Budget]:
     """The enabled budgets of this caller, global ones included, by name (no query
-    while the process's copy of the rows is fresh)."""
-    index = _index()
+    while the process's copy of the rows is fresh; none at all given ``index``)."""
+    index = index if index is not None else _index()
     if not index.any:
         return []
     found: dict[str, Budget] = {b.name: b for b in index.everyone}
@@ -642,7 +644,13 @@ def check(principal: Principal | None, token_key: str | None = None) -> Refusal 
 
     Remembers the budgets counted in for :func:`settle` (a context variable: the
     router's answer in the same request settles them)."""
-    step = _begin(principal, token_key)
+    return _check(principal, token_key, None)
+
+
+def _check(
+    principal: Principal | None, token_key: str | None, index: _Index | None
+) -> Refusal | None:
+    step = _begin(principal, token_key, index)
     if not isinstance(step, _Counting):
         return step
     try:
@@ -668,11 +676,14 @@ async def acheck(principal: Principal | None, token_key: str | None = None) -> R
     threshold crossed (once per budget and window) is flagged in a worker thread."""
     cache = routing_cache()
     aredis = async_redis(cache)
-    if not _index_fresh() or (aredis is None and not isinstance(cache, LocMemCache)):
+    # The rows are read once here: re-reading them in _begin could find them expired a
+    # moment later and query the database on the event loop.
+    index = _fresh_index()
+    if index is None or (aredis is None and not isinstance(cache, LocMemCache)):
         return await sync_to_async(check, thread_sensitive=False)(principal, token_key)
     if aredis is None:  # LocMem: in process memory, nothing to wait on
-        return check(principal, token_key)
-    step = _begin(principal, token_key)
+        return _check(principal, token_key, index)
+    step = _begin(principal, token_key, index)
     if not isinstance(step, _Counting):
         return step
     keys, args = _check_call(cache, step.budgets, step.starts, step.now, step.member)
@@ -700,11 +711,14 @@ class _Counting:
     member: str
 
 
-def _begin(principal: Principal | None, token_key: str | None) -> _Counting | Refusal | None:
+def _begin(
+    principal: Principal | None, token_key: str | None, index: _Index | None = None
+) -> _Counting | Refusal | None:
     """The budgets to count the request in, or the answer already (None: let it through,
-    no budget applies or the cache is down and they fail open)."""
+    no budget applies or the cache is down and they fail open). ``index``: the rows
+    already read (no query); else they are read or re-read as :func:`applicable` does."""
     forget()  # a grant left over in this context (never settled) gives its place back
-    budgets = applicable(principal, token_key)
+    budgets = applicable(principal, token_key, index)
     if not budgets:
         return None
     now = clock()
@@ -734,9 +748,12 @@ def _granted(step: _Counting) -> None:
     _current.set(Grant(budgets=step.budgets, starts=step.starts, member=step.member))
 
 
-def _index_fresh() -> bool:
+def _fresh_index() -> _Index | None:
+    """The process's copy of the rows while it is fresh, else None (never a query)."""
     cached = _rows
-    return cached is not None and time.monotonic() - cached[0] < ROWS_TTL_S
+    if cached is not None and time.monotonic() - cached[0] < ROWS_TTL_S:
+        return cached[1]
+    return None
 
 
 def _refusal(step: _Counting, refused: int) -> Refusal:

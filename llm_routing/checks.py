@@ -8,9 +8,12 @@ llm_routing.E002      LLM_ROUTING is not a dict / a value has the wrong type
 llm_routing.E003      a provider row has an unknown kind
 llm_routing.E004      a provider's api_key_env fails validation (pattern, deny-list)
 llm_routing.E005      RECORD_MODE is neither "inline" nor "write_behind"
+llm_routing.E006      ASYNC_HTTP_TRANSPORT is neither "aiohttp" nor "httpx"
 llm_routing.W001      an enabled provider's key variable is missing (unset/empty)
 llm_routing.W002      a chain has no enabled entry with an enabled provider
 llm_routing.W003      write-behind recording without SPOOL_DIR (refused batches are lost)
+llm_routing.W004      ASYNC_HTTP_TRANSPORT is "aiohttp" but httpx-aiohttp cannot be
+                      imported: the async upstream client uses httpcore
 llm_routing.I001      no default chain in the database and no DEFAULT_CHAIN setting
 llm_routing.W010      httpx / httpcore debug logging is on (it logs request headers)
 llm_routing.E010      HTTP_MAX_CONNECTIONS / HTTP_MAX_KEEPALIVE are not usable pool limits
@@ -80,6 +83,11 @@ MESSAGES: dict[str, tuple[str, str]] = {
         'Use "inline" (the decision is written before the router returns) or '
         '"write_behind" (queued for a background writer); see docs/production.md.',
     ),
+    "E006": (
+        "LLM_ROUTING['ASYNC_HTTP_TRANSPORT'] is {value!r}.",
+        'Use "aiohttp" (httpx over aiohttp, the default) or "httpx" (httpcore) for the async '
+        "upstream client; see docs/configuration.md. Until then httpcore serves.",
+    ),
     "W001": (
         "Provider {name!r} is enabled but {problem}.",
         "Set the variable in the environment of every web and worker process, or disable "
@@ -94,6 +102,12 @@ MESSAGES: dict[str, tuple[str, str]] = {
         "Write-behind recording is on but LLM_ROUTING['SPOOL_DIR'] is not set.",
         "Set SPOOL_DIR to a local, persistent directory: without it a batch the database "
         "refuses, or a decision that finds the queue full, is only logged as lost.",
+    ),
+    "W004": (
+        "LLM_ROUTING['ASYNC_HTTP_TRANSPORT'] is \"aiohttp\" but it cannot be used ({reason}).",
+        "The async upstream client falls back to httpx/httpcore (correct, slower per call). "
+        "Install httpx-aiohttp>=0.2,<0.3 (it brings aiohttp), or set "
+        'ASYNC_HTTP_TRANSPORT to "httpx" to choose httpcore (docs/production.md).',
     ),
     "I001": (
         "No default chain is configured.",
@@ -168,6 +182,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
         errors.append(_message(checks.Error, "E005", value=mode))
     elif mode == "write_behind" and not user.get("SPOOL_DIR"):
         errors.append(_message(checks.Warning, "W003"))
+    errors.extend(_async_transport_messages(user))
     if isinstance(user.get("RECORD_QUEUE_SIZE"), bool | float):  # the rest: below
         detail = "RECORD_QUEUE_SIZE must be a whole number of records"
         errors.append(_message(checks.Error, "E002", detail=detail))
@@ -188,6 +203,20 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
         except ImproperlyConfigured as exc:
             errors.append(_message(checks.Error, "E002", detail=str(exc).rstrip(".")))
     return errors
+
+
+def _async_transport_messages(user: dict[str, Any]) -> list[checks.CheckMessage]:
+    """E006: ASYNC_HTTP_TRANSPORT is not a known transport; W004: it asks for aiohttp,
+    which cannot be imported (httpcore serves: llm_routing.providers.aio)."""
+    from .providers.aio import TRANSPORTS, unavailable_reason
+
+    value = user.get("ASYNC_HTTP_TRANSPORT", DEFAULTS["ASYNC_HTTP_TRANSPORT"])
+    if not isinstance(value, str) or value not in TRANSPORTS:
+        return [_message(checks.Error, "E006", value=value)]
+    reason = unavailable_reason() if value == "aiohttp" else None
+    if reason is not None:
+        return [_message(checks.Warning, "W004", reason=reason)]
+    return []
 
 
 def _pool_limit_messages(user: dict[str, Any]) -> list[checks.CheckMessage]:

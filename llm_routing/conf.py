@@ -85,6 +85,10 @@ DEFAULTS: dict[str, Any] = {
     # at most this many connections open at once, and this many kept idle for reuse.
     "HTTP_MAX_CONNECTIONS": 1000,
     "HTTP_MAX_KEEPALIVE": 100,
+    # The async upstream client's transport: "aiohttp" (httpx over aiohttp's connection
+    # pool and C parser, the httpx-aiohttp package) or "httpx" (httpcore). The sync
+    # client is httpcore's either way (llm_routing.providers.aio).
+    "ASYNC_HTTP_TRANSPORT": "aiohttp",
     # Django cache alias holding circuit state (shared when it is Redis).
     "CACHE_ALIAS": "default",
     # The Redis of the app's shared state (circuits, throttles, budgets, the config

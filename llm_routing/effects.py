@@ -136,7 +136,8 @@ class Sleep(Effect[None]):
 
 @dataclass(frozen=True, slots=True)
 class Complete(Effect[ProviderResult]):
-    """One upstream call → ProviderResult (or the adapter's ProviderError)."""
+    """One upstream call → ProviderResult (or the adapter's ProviderError): the
+    adapter's ``embed`` for an embeddings request, else its ``complete``."""
 
     adapter: BaseProvider
     request: AuditRequest
@@ -144,9 +145,15 @@ class Complete(Effect[ProviderResult]):
     timeout: float
 
     def run(self, ctx: Context) -> ProviderResult:
+        if self.request.call == "embed":
+            return self.adapter.embed(self.request, api_key=self.api_key, timeout=self.timeout)
         return self.adapter.complete(self.request, api_key=self.api_key, timeout=self.timeout)
 
     async def arun(self, ctx: Context) -> ProviderResult:
+        if self.request.call == "embed":
+            return await self.adapter.aembed(
+                self.request, api_key=self.api_key, timeout=self.timeout
+            )
         return await self.adapter.acomplete(
             self.request, api_key=self.api_key, timeout=self.timeout
         )

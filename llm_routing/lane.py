@@ -10,8 +10,8 @@
 
 ``lane(app)`` is an ASGI application, the shape of Channels' routers: an HTTP request
 whose path is one of the app's OpenAI-style faces (:data:`LANE_ROUTES`: today
-``/v1/chat/completions``, ``/v1/models``, ``/v1/responses``, ``/v1/messages`` and
-``/v1/messages/count_tokens``, wherever the host mounted
+``/v1/chat/completions``, ``/v1/models``, ``/v1/responses``, ``/v1/messages``,
+``/v1/messages/count_tokens`` and ``/v1/embeddings``, wherever the host mounted
 ``llm_routing.urls``) is served here; every other scope — ``/audit/``, the admin,
 ``/health/``, the host's own views, websockets — goes to ``app`` untouched. It also
 answers the ASGI ``lifespan`` protocol (:func:`llm_routing.asgi.with_lifespan`).
@@ -76,6 +76,7 @@ LANE_ROUTES: list[str] = [
     "responses",
     "messages",
     "messages-count-tokens",
+    "embeddings",
 ]
 
 _sniffio: Any

@@ -68,6 +68,7 @@ SKIP_REASONS = frozenset(
         "disabled",
         "missing_key",
         "unsupported",
+        "dimension_mismatch",
         "budget_exhausted",
         "circuit_open",
     }

@@ -124,6 +124,17 @@ class Provider(models.Model):
     supports_images = models.BooleanField(
         null=True, blank=True, default=None, help_text=_INHERIT_HELP
     )
+    supports_embeddings = models.BooleanField(
+        null=True, blank=True, default=None, help_text=_INHERIT_HELP
+    )
+    embedding_dimensions = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        default=None,
+        validators=[MinValueValidator(1), MaxValueValidator(65_536)],
+        help_text="The length of the vectors this row answers on /v1/embeddings. "
+        "Failover only moves between rows of the same dimension; empty: not declared.",
+    )
     # A price override (USD per million tokens) for self-hosted or negotiated prices;
     # both empty: the genai-prices package's price (docs/observability.md).
     input_price_per_mtok = models.DecimalField(
@@ -217,6 +228,8 @@ class Provider(models.Model):
             supports_prefill=self.supports_prefill,
             supports_tools=self.supports_tools,
             supports_images=self.supports_images,
+            supports_embeddings=self.supports_embeddings,
+            embedding_dimensions=self.embedding_dimensions,
             version=self.updated_at.isoformat() if self.updated_at else "",
         )
 

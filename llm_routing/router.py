@@ -8,6 +8,7 @@
    ``[primary, *fallbacks, "mock"]``, de-duplicated, mock always last.
 2. Availability: ``unknown_provider``, ``disabled``, ``missing_key``, ``circuit_open``,
    ``unsupported`` (a capability the request needs — :func:`missing_capability`),
+   ``dimension_mismatch`` (an embeddings request: another declared vector length),
    ``budget_exhausted`` (the request-wide deadline or attempt budget
    leaves no room for a real call) — each skip recorded and announced through
    ``on_provider_fallback``.

@@ -1,5 +1,6 @@
-"""The Python API behind ``llm_routing.audit`` and ``llm_routing.chat`` (and their async
-twins ``aaudit`` and ``achat``) — shared by the HTTP views and tasks."""
+"""The Python API behind ``llm_routing.audit``, ``llm_routing.chat`` and
+``llm_routing.embed`` (and their async twins ``aaudit``, ``achat`` and ``aembed``) —
+shared by the HTTP views and tasks."""
 
 from __future__ import annotations
 
@@ -17,10 +18,12 @@ from .types import AuditRequest, ForcedTool, Message, RouterStreamEvent, Routing
 __all__ = [
     "aaudit",
     "achat",
+    "aembed",
     "aexecute",
     "audit",
     "build_request",
     "chat",
+    "embed",
     "execute",
 ]
 
@@ -247,3 +250,42 @@ async def achat(
         _check_chain(request, snapshot.latest())
         return aroute_stream(request)
     return await aexecute(request)
+
+
+def build_embed_request(
+    input: str | Sequence[str] | Sequence[int] | Sequence[Sequence[int]], **params: Any
+) -> AuditRequest:
+    """Validate :func:`embed`'s arguments exactly as ``POST /v1/embeddings`` validates
+    its ``input``, ``dimensions`` and ``user``."""
+    from .api.embeddings_serializers import EmbedCallSerializer
+
+    data: dict[str, Any] = dict(params)
+    data["input"] = (
+        input
+        if isinstance(input, str)
+        else [x if isinstance(x, str | int) else list(x) for x in input]
+    )
+    return _validated(EmbedCallSerializer, data)
+
+
+def embed(
+    input: str | Sequence[str] | Sequence[int] | Sequence[Sequence[int]], **params: Any
+) -> RoutingResult:
+    """Embed ``input`` through a chain, like ``POST /v1/embeddings``: a text, a list of
+    texts, a token array or a list of token arrays. ``params``: ``chain``, ``provider``,
+    ``route``, ``force_provider``, ``dimensions``, ``user``, ``task`` (default
+    ``"embeddings"``), ``metadata``, ``backstop`` (default True: an exhausted chain is
+    answered by the mock's deterministic vectors; False makes it an error result).
+
+    Returns the :class:`~llm_routing.types.RoutingResult`: ``result.vectors`` holds one
+    vector (a sequence of floats) per input, in order. Bad input raises
+    ``django.core.exceptions.ValidationError`` naming the field."""
+    return execute(build_embed_request(input, **params))
+
+
+async def aembed(
+    input: str | Sequence[str] | Sequence[int] | Sequence[Sequence[int]], **params: Any
+) -> RoutingResult:
+    """:func:`embed` as a coroutine: the same arguments, validation and result."""
+    await snapshot.acurrent()  # fresh: the chain check reads it with no I/O
+    return await aexecute(build_embed_request(input, **params))

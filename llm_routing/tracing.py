@@ -2,11 +2,12 @@
 (the ``otel`` extra) or while no SDK tracer provider is configured.
 
 One span per routed request (``llm_routing.route``), one child span per attempt
-(``chat <model>``, kind CLIENT) with the GenAI semantic-convention attributes
-``gen_ai.operation.name``, ``gen_ai.provider.name`` (the provider row's name),
-``gen_ai.request.model``, ``gen_ai.response.model``, ``gen_ai.usage.input_tokens`` /
-``output_tokens``, ``error.type`` and ``llm_routing.retries``; each skipped candidate
-is an event (``llm_routing.skip``) on the request span; the request id is the
+(``chat <model>``, or ``embeddings <model>`` for an embeddings request; kind CLIENT)
+with the GenAI semantic-convention attributes ``gen_ai.operation.name``,
+``gen_ai.provider.name`` (the provider row's name), ``gen_ai.request.model``,
+``gen_ai.response.model``, ``gen_ai.usage.input_tokens`` / ``output_tokens``,
+``error.type`` and ``llm_routing.retries``; each skipped candidate is an event
+(``llm_routing.skip``) on the request span; the request id is the
 ``llm_routing.request_id`` attribute. Never a prompt, an answer or a key.
 
 The spans are written when the request has been routed (``request_routed``), with the
@@ -211,8 +212,10 @@ def record(request: AuditRequest, routed: RoutingResult, pending: _Pending) -> N
         child_start = call.start if call is not None else end - int(attempt.latency_ms * 1e6)
         usage = result.usage if attempt.served else attempt.usage
         requested = (call.model if call is not None else "") or attempt.model
+        # OTel's GenAI operation names: "embeddings" for an embeddings request.
+        operation = "embeddings" if request.call == "embed" else "chat"
         child: dict[str, Any] = {
-            "gen_ai.operation.name": "chat",
+            "gen_ai.operation.name": operation,
             "gen_ai.provider.name": attempt.provider,
             "gen_ai.request.model": requested,
             "gen_ai.response.model": attempt.model,
@@ -226,7 +229,7 @@ def record(request: AuditRequest, routed: RoutingResult, pending: _Pending) -> N
         if attempt.error_category:
             child["error.type"] = attempt.error_category
         attempt_span = tracer.start_span(
-            "chat " + requested,
+            f"{operation} {requested}",
             context=parent,
             kind=SpanKind.CLIENT,
             attributes=child,

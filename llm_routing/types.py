@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -19,7 +19,9 @@ __all__ = [
     "MOCK_PROVIDER_NAME",
     "AttemptRecord",
     "AuditRequest",
+    "Call",
     "ContentPart",
+    "EmbeddingInput",
     "ErrorInfo",
     "ForcedTool",
     "Message",
@@ -53,7 +55,12 @@ RouterMode = Literal["explicit", "chain", "default", "rule", "forced"]
 Role = Literal["system", "developer", "user", "assistant", "tool"]
 
 #: What an adapter kind can declare (a provider row may override each one).
-CAPABILITIES = ("streaming", "structured_output", "tools", "images", "prefill")
+CAPABILITIES = ("streaming", "structured_output", "tools", "images", "prefill", "embeddings")
+
+#: What a request asks of its candidates: a chat answer, or embedding vectors.
+Call = Literal["chat", "embed"]
+#: One input of an embeddings request: a text, or a list of token ids.
+EmbeddingInput = str | tuple[int, ...]
 
 
 # --- the chat request model ------------------------------------------------------------
@@ -222,6 +229,15 @@ class AuditRequest:
     # API keep it (their documented contract); ``/v1`` sets False so an exhausted chain
     # is an error rather than a fake answer, unless the chain opts in (mock_backstop).
     backstop: bool = True
+    # Embeddings (``call="embed"``): the inputs (texts or token arrays, one vector
+    # each), the ``dimensions`` the client asked for (sent upstream), and the dimension
+    # the walk holds every candidate's vectors to (the asked one, else the first
+    # candidate's declared one: :func:`llm_routing.availability.target_dimension`;
+    # set by the walk, never sent upstream; the mock answers it).
+    call: Call = "chat"
+    inputs: tuple[EmbeddingInput, ...] = ()
+    dimensions: int | None = None
+    expected_dimensions: int | None = None
 
     @property
     def conversation(self) -> tuple[Message, ...]:
@@ -237,6 +253,8 @@ class AuditRequest:
     @property
     def required_capabilities(self) -> frozenset[str]:
         """What a provider must support to serve this request."""
+        if self.call == "embed":
+            return frozenset({"embeddings"})
         needed: set[str] = set()
         if self.stream:
             needed.add("streaming")
@@ -249,6 +267,12 @@ class AuditRequest:
         return frozenset(needed)
 
     def _canonical_input(self) -> str:
+        if self.call == "embed":  # the inputs as a JSON list (token arrays as lists)
+            return json.dumps(
+                [x if isinstance(x, str) else list(x) for x in self.inputs],
+                ensure_ascii=False,
+                separators=(",", ":"),
+            )
         if not self.messages:
             return self.input_text
         return json.dumps(
@@ -295,6 +319,9 @@ class ProviderConfig:
     supports_prefill: bool | None = None
     supports_tools: bool | None = None
     supports_images: bool | None = None
+    supports_embeddings: bool | None = None
+    # The length of the vectors this row answers (None: not declared).
+    embedding_dimensions: int | None = None
     version: str = ""  # changes whenever the row changes (updated_at); keys pooled clients
 
     def with_model(self, model: str) -> ProviderConfig:
@@ -436,6 +463,9 @@ class ProviderResult:
     retries: int = 0
     upstream_requests: int = 0  # requests the upstream actually saw for this attempt
     tool_calls: tuple[ToolCall, ...] = ()
+    # An embeddings answer: one vector (a sequence of floats) per input, in order. Not
+    # in to_dict(); never scrubbed (numbers carry no key).
+    vectors: tuple[Sequence[float], ...] = ()
 
     @property
     def ok(self) -> bool:

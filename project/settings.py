@@ -154,6 +154,8 @@ LLM_ROUTING = {
     # "inline" (written before the answer) or "write_behind" (docs/production.md).
     "RECORD_MODE": env.str("LLM_ROUTING_RECORD_MODE", default="inline"),
     "RECORD_QUEUE_SIZE": env.int("LLM_ROUTING_RECORD_QUEUE_SIZE", default=10_000),
+    # The async upstream client: "aiohttp" (httpx over aiohttp) or "httpx" (httpcore).
+    "ASYNC_HTTP_TRANSPORT": env.str("LLM_ROUTING_ASYNC_HTTP_TRANSPORT", default="aiohttp"),
     # GET /metrics answers only this bearer token; unset: /metrics is 404.
     "METRICS_TOKEN": env.str("LLM_ROUTING_METRICS_TOKEN", default="") or None,
     "API_THROTTLE_RATES": {

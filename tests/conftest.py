@@ -143,6 +143,30 @@ def driver(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> s
     return str(request.param)
 
 
+#: The async upstream transports (LLM_ROUTING["ASYNC_HTTP_TRANSPORT"]).
+ASYNC_TRANSPORTS = ("aiohttp", "httpx")
+
+
+@pytest.fixture(params=ASYNC_TRANSPORTS)
+def async_transport(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Runs the test once per async upstream transport. The setting's default is
+    switched (not ``settings.LLM_ROUTING``), so a test's own
+    ``override_settings(LLM_ROUTING=...)`` keeps the transport; adapters built before
+    are dropped, so each run builds its clients anew."""
+    from llm_routing import conf
+
+    saved = conf.DEFAULTS["ASYNC_HTTP_TRANSPORT"]
+    conf.DEFAULTS["ASYNC_HTTP_TRANSPORT"] = request.param
+    conf.routing_settings.reload()
+    clear_adapter_cache()
+    try:
+        yield str(request.param)
+    finally:
+        clear_adapter_cache()
+        conf.DEFAULTS["ASYNC_HTTP_TRANSPORT"] = saved
+        conf.routing_settings.reload()
+
+
 @pytest.fixture
 def user(django_user_model: Any) -> Any:
     return django_user_model.objects.create_user(username="alice", password="pw-alice-123")

@@ -25,6 +25,7 @@ ENDPOINTS = {
     ("post", "/v1/responses"),
     ("post", "/v1/messages"),
     ("post", "/v1/messages/count_tokens"),
+    ("post", "/v1/embeddings"),
 }
 
 

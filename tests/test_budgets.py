@@ -495,6 +495,28 @@ def test_forget_on_the_event_loop_releases_in_a_worker_thread(monkeypatch):
     assert request()[0] is None  # the place was given back
 
 
+def test_rows_expiring_during_acheck_are_not_read_on_the_event_loop(monkeypatch):
+    """acheck found the rows fresh and counted on the loop; had it read them a second
+    time, an expiry in between (or a saved row) would run the ORM on the event loop:
+    SynchronousOnlyOperation, a 500. The rows are read once."""
+    import asyncio
+    import time as real_time
+    from types import SimpleNamespace
+
+    Budget.objects.create(name="tok", scope="global", max_tokens=10**6)
+    assert budgets.check(None) is None  # the rows, read in this thread: fresh now
+    budgets.forget()
+    reads: list[float] = []
+
+    def monotonic() -> float:  # fresh for the first read, expired for any later one
+        reads.append(real_time.monotonic())
+        return reads[-1] + (0 if len(reads) == 1 else budgets.ROWS_TTL_S + 1)
+
+    monkeypatch.setattr(budgets, "time", SimpleNamespace(monotonic=monotonic))
+    assert asyncio.run(budgets.acheck(None)) is None  # counted, no query on the loop
+    assert len(reads) >= 2  # the clock did move past the rows' expiry meanwhile
+
+
 def test_on_the_event_loop_the_answer_is_settled_by_a_task():
     """The async router sends request_routed on the event loop: the receiver returns at
     once and a task settles (LocMem: in a worker thread), releasing the place."""

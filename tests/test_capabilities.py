@@ -123,14 +123,16 @@ def test_check_shows_effective_capabilities_and_marks_overrides(
         "tools": True,
         "images": False,
         "prefill": False,
+        "embeddings": True,
     }
     assert data["compat"]["capability_overrides"] == {}
+    assert data["claude"]["capabilities"]["embeddings"] is False
     assert data["claude"]["capabilities"]["prefill"] is False
     assert data["claude"]["capability_overrides"] == {"prefill": False}
     text = io.StringIO()
     call_command("llm_routing_check", stdout=text, no_color=True)
     lines = {line.split()[0]: line for line in text.getvalue().splitlines() if line.strip()}
-    assert lines["compat"].rstrip().endswith("streaming,tools")
+    assert lines["compat"].rstrip().endswith("streaming,tools,embeddings")
     assert "no prefill*" in lines["claude"]
     assert "* set on the row" in text.getvalue()
 

@@ -653,8 +653,9 @@ def test_count_tokens_answers_an_estimate(post):
 def test_models_lists_the_faces_each_name_serves(api, fake_upstream):
     make_chain("main", [row("p", "anthropic", fake_upstream)])
     listed = {m["id"]: m for m in api.get("/v1/models").json()["data"]}
-    for name in ("main", "p", "mock"):
+    for name in ("main", "p"):  # an anthropic provider serves no embeddings
         assert listed[name]["faces"] == ["/v1/chat/completions", "/v1/responses", "/v1/messages"]
+    assert listed["mock"]["faces"][-1] == "/v1/embeddings"
 
 
 @pytest.mark.django_db(transaction=True)  # the decision is committed, as on a server

@@ -20,12 +20,15 @@ from llm_routing.models import Provider, RoutingDecision
 
 from .conftest import base_url_for, make_chain
 from .docs_blocks import DOCS, blocks
-from .fakes.upstream import FakeUpstream, Faults
+from .fakes.upstream import EMBEDDING_DIMENSIONS, FakeUpstream, Faults
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 KINDS = ("openai_compatible", "anthropic", "gemini")
 VENDOR = {"openai_compatible": "openai", "anthropic": "anthropic", "gemini": "gemini"}
+#: The kind serving the ``embeddings`` chain when the chat chain is of a kind.
+VENDOR_KIND = {"openai_compatible": "openai_compatible", "anthropic": "openai_compatible",
+               "gemini": "gemini"}  # fmt: skip
 
 
 def agents_default_model() -> str | None:
@@ -42,7 +45,9 @@ def token(user: Any) -> str:
 
 
 def serve(kind: str, fake: FakeUpstream) -> None:
-    """The chain ``default`` (and one named after the Agents SDK's default model)."""
+    """The chain ``default`` (and one named after the Agents SDK's default model), and
+    ``embeddings``: a provider of ``kind`` where it serves embeddings, else an
+    ``openai_compatible`` one."""
     provider = Provider.objects.create(
         name="p",
         kind=kind,
@@ -51,6 +56,16 @@ def serve(kind: str, fake: FakeUpstream) -> None:
         api_key_env="TEST_PROVIDER_KEY",
     )
     make_chain("default", [provider])
+    embedder = kind if kind != "anthropic" else "openai_compatible"
+    embeddings = Provider.objects.create(
+        name="e",
+        kind=embedder,
+        model=f"{embedder}-embedding-model",
+        base_url=base_url_for(embedder, fake),
+        api_key_env="TEST_PROVIDER_KEY",
+        embedding_dimensions=EMBEDDING_DIMENSIONS,
+    )
+    make_chain("embeddings", [embeddings])
     if (model := agents_default_model()) is not None:
         make_chain(model, [provider])
 
@@ -84,8 +99,16 @@ def test_the_clients_page_runs_against_a_live_server(
         assert ns["result"].final_output
         bodies = " ".join(r.body.decode() for r in fake_upstream.requests_for(VENDOR[kind]))
         assert "and sunny in" in bodies  # the tool's own output
+    # embeddings.create, base64 (the SDK's default, decoded by it) and float
+    assert len(ns["vectors"]) == 2 and {len(v) for v in ns["vectors"]} == {EMBEDDING_DIMENSIONS}
+    assert ns["embeddings"].model == ns["as_floats"].model == f"{VENDOR_KIND[kind]}-embedding-model"
+    embedded = [r.json for r in fake_upstream.requests if r.path.endswith("/embeddings")]
+    if kind != "gemini":  # the app asks its upstream for base64 whatever the client asked
+        assert [b["encoding_format"] for b in embedded] == ["base64", "base64"]
+    embedding_rows = RoutingDecision.objects.filter(task="embeddings")
+    assert embedding_rows.count() == 2 and {d.selected_provider for d in embedding_rows} == {"e"}
     served = RoutingDecision.objects.filter(selected_provider="p").count()
-    assert served == RoutingDecision.objects.count() >= 7
+    assert served == RoutingDecision.objects.exclude(task="embeddings").count() >= 7
     vendor_bodies = [r.body.decode() for r in fake_upstream.requests_for(VENDOR[kind])]
     assert any("21 °C" in b or "21 \\u00b0C" in b for b in vendor_bodies)  # the tool result
 

@@ -231,7 +231,10 @@ FACE_CALLS = {
     ),
     "responses": ("/v1/responses", {"model": "default", "input": "Say hello."}, {}),
     "count_tokens": ("/v1/messages/count_tokens", {"model": "default", "messages": MESSAGES}, {}),
+    "embeddings": ("/v1/embeddings", {"model": "default", "input": ["Say", "hello."]}, {}),
 }
+#: The faces with no stream.
+WHOLE_ONLY = ("count_tokens", "embeddings")
 
 
 @pytest.mark.parametrize("face", sorted(FACE_CALLS))
@@ -241,19 +244,18 @@ def test_the_other_faces_answer_alike(
     upstream_chain: Callable[..., list[Any]],
     face: str,
 ) -> None:
-    """/v1/messages, /v1/responses and count_tokens ride the lane (LANE_ROUTES) and
-    answer as through Django: plain, streamed (where the face streams) and a failover."""
+    """/v1/messages, /v1/responses, count_tokens and /v1/embeddings ride the lane
+    (LANE_ROUTES) and answer as through Django: plain, streamed (where the face
+    streams) and a failover."""
     first_and_second(upstream_chain, "openai")
     url, body, headers = FACE_CALLS[face]
     down = Faults.unavailable("openai", 503)
     calls = [("POST", url, body, headers)]
-    if face != "count_tokens":
+    faults = [down, Faults.ok()]
+    if face not in WHOLE_ONLY:
         calls.append(("POST", url, {**body, "stream": True}, headers))
-    answers = both(
-        token,
-        lambda: fake_upstream.script("openai", down, Faults.ok(), down, Faults.stream(text="hi")),
-        *calls,
-    )
+        faults += [down, Faults.stream(text="hi")]
+    answers = both(token, lambda: fake_upstream.script("openai", *faults), *calls)
     assert [a[0] for a in answers] == [200] * len(calls), answers[0][1]
     if face != "count_tokens":
         assert all(a[3][0][:2] == ("ok", "second") for a in answers)  # recorded alike

@@ -6,6 +6,9 @@ same results, events, error classes and messages, deadlines, size limits; closin
 cancelling a stream closes the upstream connection; one AsyncClient per adapter and
 event loop, closed by ``aclose`` / the registry; BaseProvider's defaults for adapters
 written against the sync interface.
+
+Every test runs once per async transport (``async_transport``: httpx over aiohttp, and
+httpx over httpcore), unchanged; the shard tests are httpcore's own.
 """
 
 from __future__ import annotations
@@ -38,6 +41,9 @@ from llm_routing.types import (
 )
 from tests.conftest import VENDOR_OF_KIND, upstream_fields
 from tests.fakes.upstream import FakeUpstream, Faults
+
+pytestmark = pytest.mark.usefixtures("async_transport")
+HTTPCORE_ONLY = pytest.mark.parametrize("async_transport", ["httpx"], indirect=True)
 
 KINDS = ["openai", "openai_compatible", "anthropic", "gemini"]
 MODES = ["sync", "async"]
@@ -768,6 +774,7 @@ def test_every_shard_and_client_shares_one_verifying_tls_context(tmp_path: Any) 
         server.shutdown()
 
 
+@HTTPCORE_ONLY
 def test_every_shard_and_client_shares_one_tls_context(
     make_adapter: MakeAdapter,
 ) -> None:
@@ -800,6 +807,7 @@ def test_every_shard_and_client_shares_one_tls_context(
         adapter.close()
 
 
+@HTTPCORE_ONLY
 @override_settings(LLM_ROUTING={"HTTP_MAX_CONNECTIONS": 64, "HTTP_MAX_KEEPALIVE": 64})
 def test_concurrent_calls_are_spread_over_the_shards(
     make_adapter: MakeAdapter, fake_upstream: FakeUpstream

@@ -1,10 +1,12 @@
 """Every scripted fault of the fake upstream, per vendor, lands in the right category.
 
-Real HTTP over httpx to the fake server on 127.0.0.1; one adapter call per fault.
+Real HTTP over httpx to the fake server on 127.0.0.1; one adapter call per fault, sync
+(httpcore) and async on each async transport (aiohttp, httpcore).
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 
 import pytest
@@ -70,6 +72,38 @@ def test_fault_classification(
     adapter = make_adapter(kind)
     with pytest.raises(errors.ProviderError) as caught:
         adapter.complete(REQUEST, api_key=KEY, timeout=5.0)
+    exc = caught.value
+    assert type(exc) is expected, f"{case}: {type(exc).__name__}: {exc.message}"
+    if status is not None:
+        assert exc.http_status == status
+    assert len(fake_upstream.requests_for(vendor)) == 1
+    assert fake_upstream.pending(vendor) == 0
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("case", list(CASES))
+def test_fault_classification_async(
+    kind: str,
+    case: str,
+    async_transport: str,
+    fake_upstream: FakeUpstream,
+    make_adapter: Callable[..., HttpProvider],
+) -> None:
+    """The same matrix through ``acomplete``: the same class and status on both
+    async transports."""
+    builder, expected, status = CASES[case]
+    vendor = VENDOR_OF_KIND[kind]
+    fake_upstream.script(vendor, builder(vendor))
+    adapter = make_adapter(kind)
+
+    async def go() -> None:
+        try:
+            await adapter.acomplete(REQUEST, api_key=KEY, timeout=5.0)
+        finally:
+            await adapter.aclose()
+
+    with pytest.raises(errors.ProviderError) as caught:
+        asyncio.run(go())
     exc = caught.value
     assert type(exc) is expected, f"{case}: {type(exc).__name__}: {exc.message}"
     if status is not None:

@@ -144,6 +144,31 @@ def test_rule_mode_by_route_and_priority(scripted, key_env):
     assert other.metadata.router_mode == "default" and other.result.provider == "a"
 
 
+def test_a_rule_whose_chain_the_caller_may_not_use_does_not_apply_to_them(
+    scripted, key_env, django_user_model
+):
+    """The rule's chain is limited to a group: for a principal outside it the rule does
+    not exist (default chain); for a member, or trusted code (no principal), it applies."""
+    from django.contrib.auth.models import Group
+
+    from llm_routing.types import Principal
+
+    a, b = make_provider("a"), make_provider("b")
+    make_chain("main", [a], is_default=True)
+    vip_chain = make_chain("vip-chain", [b])
+    vips = Group.objects.create(name="vips")
+    vip_chain.allowed_groups.add(vips)
+    RoutingRule.objects.create(name="to-vip", priority=10, route="gold", chain=vip_chain)
+    outsider = Principal(user_id=1)
+    member = Principal(user_id=2, group_ids=frozenset({vips.pk}))
+    denied = route(req(route="gold", principal=outsider))
+    assert denied.metadata.router_mode == "default" and denied.metadata.rule is None
+    assert denied.result.provider == "a"
+    for principal in (member, None):
+        allowed = route(req(route="gold", principal=principal))
+        assert allowed.metadata.rule == "to-vip" and allowed.result.provider == "b"
+
+
 def test_rule_task_glob_and_disabled_rule(scripted, key_env):
     a, b = make_provider("a"), make_provider("b")
     make_chain("main", [a], is_default=True)

@@ -226,3 +226,21 @@ def test_a_sampled_out_request_writes_no_attempt_span(
         assert routed.result.ok
         assert [name.split(" ")[0] for name in started] == expected
         assert len(exporter.get_finished_spans()) == written
+
+
+def test_an_embeddings_attempt_is_an_embeddings_operation(
+    api: APIClient,
+    spans: InMemorySpanExporter,
+    fake_upstream: FakeUpstream,
+    upstream_chain: Callable[..., list[Any]],
+) -> None:
+    upstream_chain(("oa", "openai", {"model": "text-embedding-3-small"}))
+    response = api.post(
+        "/v1/embeddings", {"model": "default", "input": CANARY_PROMPT}, format="json"
+    )
+    assert response.status_code == 200
+    (child,) = [s for s in spans.get_finished_spans() if s.name != "llm_routing.route"]
+    assert child.name == "embeddings text-embedding-3-small"
+    assert child.attributes["gen_ai.operation.name"] == "embeddings"
+    assert child.attributes["gen_ai.usage.input_tokens"] == 1
+    no_canary(child)

@@ -16,6 +16,7 @@ one) unless the chain sets ``mock_backstop``.
 from __future__ import annotations
 
 import json
+import logging
 import time
 import uuid
 from collections.abc import Mapping
@@ -76,6 +77,8 @@ from .sse import (
     sse,
 )
 
+logger = logging.getLogger("llm_routing.api")
+
 __all__ = [
     "ChatCompletionRequestSerializer",
     "ChatCompletionSerializer",
@@ -86,8 +89,48 @@ __all__ = [
 ]
 
 #: The ``/v1`` faces a ``GET /v1/models`` entry can be named on: every chain, route and
-#: provider serves every face (any vendor kind behind it translates each one).
+#: provider serves every chat face (any vendor kind behind it translates each one).
 SERVED_FACES = ("/v1/chat/completions", "/v1/responses", "/v1/messages")
+#: Served by a name only when one of its providers serves embeddings (:func:`_embeds`).
+EMBEDDINGS_FACE = "/v1/embeddings"
+
+
+def _embeds(config: snapshot.ConfigSnapshot, providers: list[str]) -> bool:
+    """Whether one of ``providers`` (enabled, its kind known) serves embeddings: its
+    row's ``supports_embeddings``, else its kind's declaration (the built-in mock does)."""
+    from ..providers.registry import get_adapter_class, is_known_kind
+
+    for name in providers:
+        row = config.provider(name)
+        if row is None:
+            if name == "mock":
+                return True
+            continue
+        kind = "mock" if row.mode == "mock" or name == "mock" else row.kind
+        if not row.enabled or not is_known_kind(kind):
+            continue
+        try:
+            if get_adapter_class(kind)(row.to_config()).supports("embeddings"):
+                return True
+        except Exception as exc:  # a custom kind that cannot be imported serves nothing
+            logger.warning("Cannot build adapter for provider %s (%s).", name, type(exc).__name__)
+    return False
+
+
+def _members(config: snapshot.ConfigSnapshot, name: str, kind: str) -> list[str]:
+    """The providers a ``/v1/models`` entry may route to."""
+    if kind == "provider":
+        return [name]
+    if kind == "chain":
+        chain = config.chain(name)
+        return [p for p, _ in chain.provider_names()] if chain else []
+    routes = routing_settings.ROUTES or {}
+    members = [str(p) for p in routes.get(name, ())]
+    for rule in config.rules:
+        if rule.route == name:
+            members += [p for p, _ in rule.chain.provider_names()]
+    return members
+
 
 #: Known OpenAI parameters the router does not implement, accepted only with a value
 #: that asks for nothing (the neutral default); anything else is a 400 naming them.
@@ -663,7 +706,15 @@ class ModelsView(OpenAIErrorsMixin, RoutingAPIView):
                     "object": "model",
                     "created": created,
                     "owned_by": kind,
-                    "faces": list(SERVED_FACES),  # the /v1 paths that take it as model
+                    # the /v1 paths that take it as model
+                    "faces": [
+                        *SERVED_FACES,
+                        *(
+                            [EMBEDDINGS_FACE]
+                            if _embeds(config, _members(config, name, kind))
+                            else []
+                        ),
+                    ],
                 }
             )
         return Response({"object": "list", "data": data}, status=status.HTTP_200_OK)

@@ -791,15 +791,18 @@ Types are strict and an unknown parameter is a 400 naming it.
 }
 
 FACES = ["/v1/chat/completions", "/v1/responses", "/v1/messages"]
+WITH_EMBEDDINGS = [*FACES, "/v1/embeddings"]
 MODELS: dict[str, Any] = {
     "summary": "List what `model` may name",
     "description": """\
-The names that `POST /v1/chat/completions`, `POST /v1/responses` and
-`POST /v1/messages` accept as `model`, in OpenAI's list format: every chain
-(`owned_by: "chain"`), every route key of an enabled rule or of
+The names that `POST /v1/chat/completions`, `POST /v1/responses`,
+`POST /v1/messages` and `POST /v1/embeddings` accept as `model`, in OpenAI's list
+format: every chain (`owned_by: "chain"`), every route key of an enabled rule or of
 `LLM_ROUTING["ROUTES"]` (`"route"`), every enabled provider (`"provider"`) and the
-built-in `mock`. `faces` lists the paths each name can be used on (every vendor kind
-serves every face, so today each entry lists all three). OpenAI clients call it to
+built-in `mock`. `faces` lists the paths each name can be used on: every vendor kind
+serves the three chat faces, and `/v1/embeddings` is listed for a name with at least
+one enabled provider that serves embeddings (`openai`, `openai_compatible`, `gemini`,
+the mock; not `anthropic`). OpenAI clients call it to
 discover models; use it to check a name before you configure a client.
 """,
     "responses": {
@@ -833,14 +836,14 @@ discover models; use it to check a name before you configure a client.
                         "object": "model",
                         "created": 0,
                         "owned_by": "provider",
-                        "faces": FACES,
+                        "faces": WITH_EMBEDDINGS,
                     },
                     {
                         "id": "mock",
                         "object": "model",
                         "created": 0,
                         "owned_by": "provider",
-                        "faces": FACES,
+                        "faces": WITH_EMBEDDINGS,
                     },
                 ],
             },

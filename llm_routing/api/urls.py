@@ -4,6 +4,7 @@ from django.urls import path
 from drf_spectacular.views import SpectacularAPIView
 
 from .docs_views import SwaggerAssetView, SwaggerDocsView
+from .embeddings_face import EmbeddingsView
 from .explain_views import ExplainView
 from .job_views import AuditJobView
 from .messages_face import CountTokensView, MessagesView
@@ -21,6 +22,7 @@ urlpatterns = [
     path("health/", HealthView.as_view(), name="health"),
     path("v1/chat/completions", ChatCompletionsView.as_view(), name="chat-completions"),
     path("v1/models", ModelsView.as_view(), name="models"),
+    path("v1/embeddings", EmbeddingsView.as_view(), name="embeddings"),
     path("v1/responses", ResponsesView.as_view(), name="responses"),
     path("v1/messages", MessagesView.as_view(), name="messages"),
     path("v1/messages/count_tokens", CountTokensView.as_view(), name="messages-count-tokens"),

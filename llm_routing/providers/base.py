@@ -29,7 +29,7 @@ import threading
 import time
 import weakref
 from abc import ABC, abstractmethod
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
@@ -42,6 +42,7 @@ from jsonschema.exceptions import best_match
 from .. import seams
 from ..conf import routing_settings
 from ..errors import (
+    InvalidRequestError,
     NetworkError,
     ProviderError,
     ProviderTimeoutError,
@@ -62,6 +63,7 @@ from ..types import (
     ToolCallDelta,
     Usage,
 )
+from . import aio
 from .classify import classify_http_error, from_httpx_exception, parse_retry_after
 from .streaming import MalformedEvent, StreamClock, StreamDecoder
 from .usage import reported_tokens
@@ -180,6 +182,24 @@ class BaseProvider(ABC):
         """Release pooled resources from async code (this default: :meth:`close`)."""
         self.close()
 
+    def embed(
+        self, request: AuditRequest, *, api_key: str | None, timeout: float
+    ) -> ProviderResult:
+        """Embed ``request.inputs`` in one upstream call: ``result.vectors`` holds one
+        vector per input, in order. Raise a ProviderError subclass on failure. This
+        default serves none (a kind that declares no ``embeddings`` capability is
+        skipped as ``unsupported`` before it is called)."""
+        raise InvalidRequestError(f"Provider kind {self.kind!r} does not serve embeddings.")
+
+    async def aembed(
+        self, request: AuditRequest, *, api_key: str | None, timeout: float
+    ) -> ProviderResult:
+        """:meth:`embed` from async code (a worker thread, as :meth:`acomplete`)."""
+        if self.result_mode == "mock" or type(self).embed is BaseProvider.embed:
+            return self.embed(request, api_key=api_key, timeout=timeout)
+        embed = sync_to_async(self.embed, thread_sensitive=False)
+        return await embed(request, api_key=api_key, timeout=timeout)
+
     # === END async adapter interface ==================================================
 
 
@@ -257,10 +277,11 @@ class HttpProvider(BaseProvider):
             if entry is not None and entry[0]() is loop:
                 return entry[1]
             # Clients of loops that are gone or closed cannot be closed any more: drop.
-            for key, (ref, _) in list(self._aclients.items()):
+            for key, (ref, stale) in list(self._aclients.items()):
                 owner = ref()
                 if owner is None or owner.is_closed():
                     del self._aclients[key]
+                    aio.abandon(stale)
             client = self._build_async_client()
             self._aclients[id(loop)] = (_loop_ref(loop), client)
         return client
@@ -282,7 +303,16 @@ class HttpProvider(BaseProvider):
         return httpx.Client(**self.client_options(), transport=transport)
 
     def _build_async_client(self) -> httpx.AsyncClient:
-        transport = self._async_transport or ShardedAsyncTransport.from_limits(pool_limits())
+        """httpx over aiohttp or over httpcore, as ``ASYNC_HTTP_TRANSPORT`` says
+        (:func:`llm_routing.providers.aio.transport_name`); a transport given to the
+        constructor wins."""
+        if self._async_transport is not None:
+            return httpx.AsyncClient(**self.client_options(), transport=self._async_transport)
+        if aio.transport_name() == "aiohttp":
+            return aio.UpstreamAsyncClient(
+                **self.client_options(), limits=pool_limits(), ssl_context=shared_ssl_context()
+            )
+        transport = ShardedAsyncTransport.from_limits(pool_limits())
         return httpx.AsyncClient(**self.client_options(), transport=transport)
 
     def _take_clients(
@@ -358,10 +388,11 @@ class HttpProvider(BaseProvider):
 
     def _prepare(self, request: AuditRequest, api_key: str | None, timeout: float) -> _Call:
         timeouts = self.timeouts(timeout)
+        embed = request.call == "embed"
         return _Call(
-            url=self.endpoint(request),
+            url=self.embed_endpoint(request) if embed else self.endpoint(request),
             headers={"content-type": "application/json", **self.auth_headers(api_key)},
-            payload=self.build_payload(request),
+            payload=self.embed_payload(request) if embed else self.build_payload(request),
             timeouts=timeouts,
             deadline=time.monotonic() + float(timeouts.read or timeout),
         )
@@ -390,6 +421,8 @@ class HttpProvider(BaseProvider):
         data = self.decode(body)
         self.raise_for_error_body(data)
         try:
+            if request.call == "embed":
+                return self.parse_embeddings(data, request)
             return self.parse(data, request)
         except ProviderError as exc:
             exc.usage = self.usage_of(data)  # e.g. a structured answer that is invalid
@@ -652,6 +685,34 @@ class HttpProvider(BaseProvider):
     def parse(self, data: Any, request: AuditRequest) -> ProviderResult:
         """The normalized result of a 200 body; raise ResponseError when malformed."""
 
+    # --- embeddings (a kind that serves them overrides the three hooks) -----------------
+    def embed(
+        self, request: AuditRequest, *, api_key: str | None, timeout: float
+    ) -> ProviderResult:
+        """:meth:`complete`'s sequence with the embeddings hooks (:meth:`embed_endpoint`,
+        :meth:`embed_payload`, :meth:`parse_embeddings`): the same client, limits,
+        deadlines and error classification."""
+        return self.complete(request, api_key=api_key, timeout=timeout)
+
+    async def aembed(
+        self, request: AuditRequest, *, api_key: str | None, timeout: float
+    ) -> ProviderResult:
+        return await self.acomplete(request, api_key=api_key, timeout=timeout)
+
+    def embed_endpoint(self, request: AuditRequest) -> str:
+        """The absolute URL of an embeddings call (this default: the kind has none)."""
+        raise InvalidRequestError(f"Provider kind {self.kind!r} does not serve embeddings.")
+
+    def embed_payload(self, request: AuditRequest) -> dict[str, Any]:
+        """The vendor's embeddings request body."""
+        raise InvalidRequestError(f"Provider kind {self.kind!r} does not serve embeddings.")
+
+    def parse_embeddings(self, data: Any, request: AuditRequest) -> ProviderResult:
+        """The vectors of a 200 body (``result.vectors``); raise ResponseError when
+        malformed. Their count and length are checked by the walk
+        (:func:`llm_routing.providers.embeddings.checked_answer`)."""
+        raise ResponseError(f"Provider kind {self.kind!r} does not serve embeddings.")
+
     # --- helpers for subclasses -------------------------------------------------------
     def extra_params(self, reserved: frozenset[str]) -> dict[str, Any]:
         """``params`` of the row, minus the keys the adapter sets itself."""
@@ -667,8 +728,10 @@ class HttpProvider(BaseProvider):
         output_tokens: object = 0,
         finish_reason: object = None,
         tool_calls: tuple[ToolCall, ...] = (),
+        vectors: tuple[Sequence[float], ...] = (),
     ) -> ProviderResult:
         return ProviderResult(
+            vectors=vectors,
             provider=self.config.name,
             model=str(model) if isinstance(model, str) and model else self.config.model,
             mode="live",
@@ -999,8 +1062,10 @@ def _loop_ref(loop: asyncio.AbstractEventLoop) -> _LoopRef:
 def _close_on_owner(loop: asyncio.AbstractEventLoop | None, client: httpx.AsyncClient) -> None:
     """Close ``client`` on the loop that owns its connections when that loop runs
     (scheduled, not waited for); a client of a stopped or closed loop is dropped (its
-    connections cannot be closed from another loop)."""
+    connections cannot be closed from another loop; an aiohttp one is marked closed so
+    it is collected without a log: :func:`llm_routing.providers.aio.abandon`)."""
     if loop is None or loop.is_closed() or not loop.is_running():
+        aio.abandon(client)
         return
     try:
         asyncio.run_coroutine_threadsafe(client.aclose(), loop)

@@ -48,6 +48,15 @@ function ``ANY`` with ``allowedFunctionNames``. A response's ``functionCall`` pa
 become ``result.tool_calls`` (the part's ``id`` when present, else ``call_<n>``;
 arguments the compact JSON of ``args``); streamed, each arrives whole in one event and
 is forwarded as one fragment with its full arguments.
+
+Embeddings: one input is ``POST …/models/{model}:embedContent`` with ``{"content":
+{"parts": [{"text"}]}, "outputDimensionality"?}`` → ``{"embedding": {"values"}}``;
+several are ``…:batchEmbedContents`` with ``{"requests": [{"model": "models/{model}",
+"content", "outputDimensionality"?}, …]}`` → ``{"embeddings": [{"values"}, …]}``.
+``outputDimensionality`` is the client's ``dimensions``, else the row's
+``params.dimensions``. Gemini takes text only (a token-array input is an invalid
+request) and reports no token usage for embeddings: the input tokens are estimated at
+four characters a token (``usageMetadata.promptTokenCount`` is used when present).
 """
 
 from __future__ import annotations
@@ -63,6 +72,7 @@ from ..errors import ContentPolicyError, InvalidRequestError, ResponseError
 from ..types import AuditRequest, ContentPart, ForcedTool, Message, ProviderResult, ToolCall
 from .base import HttpProvider, validate_structured
 from .chat import arguments_object, compact_json, data_url, split_system
+from .embeddings import estimated_tokens, vector_of
 from .streaming import MalformedEvent, StreamDecoder, StreamItem
 
 __all__ = ["GeminiProvider", "GeminiStreamDecoder", "gemini_contents", "gemini_schema"]
@@ -300,7 +310,7 @@ class GeminiStreamDecoder(StreamDecoder):
 
 class GeminiProvider(HttpProvider):
     capabilities: ClassVar[frozenset[str]] = frozenset(
-        {"streaming", "structured_output", "tools", "images"}
+        {"streaming", "structured_output", "tools", "images", "embeddings"}
     )
     kind: ClassVar[str] = "gemini"
     default_base_url: ClassVar[str] = "https://generativelanguage.googleapis.com"
@@ -375,6 +385,46 @@ class GeminiProvider(HttpProvider):
         if config:
             payload["generationConfig"] = config
         return payload
+
+    def embed_endpoint(self, request: AuditRequest) -> str:
+        base = self.endpoint(request).removesuffix(":generateContent")
+        return f"{base}:{'embedContent' if len(request.inputs) == 1 else 'batchEmbedContents'}"
+
+    def embed_payload(self, request: AuditRequest) -> dict[str, Any]:
+        texts = [x for x in request.inputs if isinstance(x, str)]
+        if len(texts) != len(request.inputs):
+            raise InvalidRequestError("Gemini embeds text only, not token arrays.")
+        dimensions = request.dimensions or (self.config.params or {}).get("dimensions")
+        extra = {"outputDimensionality": dimensions} if dimensions is not None else {}
+        if len(texts) == 1:
+            return {"content": {"parts": [{"text": texts[0]}]}, **extra}
+        model = f"models/{self.config.model.removeprefix('models/')}"
+        return {
+            "requests": [
+                {"model": model, "content": {"parts": [{"text": text}]}, **extra} for text in texts
+            ]
+        }
+
+    def parse_embeddings(self, data: Any, request: AuditRequest) -> ProviderResult:
+        if not isinstance(data, dict):
+            raise ResponseError("The response is not a JSON object.")
+        if "embedding" in data:
+            items: Any = [data["embedding"]]
+        else:
+            items = data.get("embeddings")
+        if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
+            raise ResponseError("The response has no embeddings.")
+        vectors = tuple(
+            vector_of(item.get("values"), f"embeddings[{n}].values") for n, item in enumerate(items)
+        )
+        usage = data.get("usageMetadata")
+        reported = usage.get("promptTokenCount") if isinstance(usage, dict) else None
+        return self.ok_result(
+            model=self.config.model,
+            output="",
+            input_tokens=reported if reported is not None else estimated_tokens(request.inputs),
+            vectors=vectors,
+        )
 
     def error_details(self, data: Any) -> tuple[str, tuple[object, ...]]:
         error = data.get("error") if isinstance(data, dict) else None

@@ -7,7 +7,8 @@ invents a tool call). A structured answer is generated from the schema
 (:func:`llm_routing.schemas.example_instance`: ``minItems``, ``minProperties``,
 ``uniqueItems``, ``contains`` / ``minContains`` included) and validated against it; a
 schema the generator cannot satisfy is a ``response`` error, never an ``ok`` answer that
-breaks the schema. It is the router's backstop and the adapter used for any
+breaks the schema. Embeddings are seeded unit vectors (the same model and input always
+give the same vector). It is the router's backstop and the adapter used for any
 provider row in ``mode = mock`` (staging without keys).
 """
 
@@ -25,6 +26,7 @@ from ..errors import InvalidRequestError, ResponseError
 from ..schemas import SchemaTooLarge, example_instance
 from ..types import AuditRequest, ProviderResult, StreamDelta, StreamEnd, StreamEvent, Usage
 from .base import BaseProvider, validate_structured
+from .embeddings import MOCK_DIMENSIONS, estimated_tokens, mock_vector
 
 __all__ = ["MockProvider", "instance_from_schema"]
 
@@ -60,7 +62,7 @@ class MockProvider(BaseProvider):
 
     # The backstop serves every request (it answers tool requests with text).
     capabilities: ClassVar[frozenset[str]] = frozenset(
-        {"structured_output", "streaming", "tools", "images"}
+        {"structured_output", "streaming", "tools", "images", "embeddings"}
     )
 
     def supports(self, capability: str) -> bool:
@@ -74,6 +76,37 @@ class MockProvider(BaseProvider):
         for piece in re.findall(r"\S+\s*", result.output):
             yield StreamDelta(piece)
         yield StreamEnd(finish_reason="stop", usage=result.usage, model=result.model)
+
+    def embed(
+        self, request: AuditRequest, *, api_key: str | None, timeout: float
+    ) -> ProviderResult:
+        """Deterministic unit vectors (:func:`~llm_routing.providers.embeddings.mock_vector`)
+        of the dimension the walk expects, else the asked one, else the row's declared
+        one, else :data:`~llm_routing.providers.embeddings.MOCK_DIMENSIONS`."""
+        started = time.perf_counter()
+        config = self.config
+        dimension = (
+            request.expected_dimensions
+            or request.dimensions
+            or config.embedding_dimensions
+            or MOCK_DIMENSIONS
+        )
+        # No larger than a real upstream's answer may be (MAX_RESPONSE_BYTES of float32).
+        limit = int(routing_settings.MAX_RESPONSE_BYTES) // 4
+        if dimension * len(request.inputs) > limit:
+            raise InvalidRequestError(
+                f"The mock answers at most {limit} numbers (MAX_RESPONSE_BYTES / 4): "
+                "fewer inputs or dimensions."
+            )
+        return ProviderResult(
+            provider=config.name,
+            model=config.model or routing_settings.MOCK_MODEL,
+            mode="mock",
+            status="ok",
+            vectors=tuple(mock_vector(config, item, dimension) for item in request.inputs),
+            usage=Usage(input_tokens=estimated_tokens(request.inputs)),
+            latency_ms=(time.perf_counter() - started) * 1000,
+        )
 
     def complete(
         self, request: AuditRequest, *, api_key: str | None, timeout: float

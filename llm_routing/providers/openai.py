@@ -31,6 +31,13 @@ params use (``max_tokens`` or ``max_completion_tokens``), else under
 :attr:`OpenAIProvider.max_tokens_key`. A continuation ``prefill`` is sent as a
 trailing assistant message.
 
+Embeddings: ``POST {base_url}/embeddings`` with ``{"model", "input": [texts] or [[token
+ids]], "encoding_format": "base64", "dimensions"?, "user"?}`` — base64 asked for and
+decoded, as the official client does (a server that answers JSON numbers anyway is
+read as well); ``dimensions`` is the client's, else the row's ``params.dimensions``
+(the only row param sent: chat params such as ``temperature`` are not). Response:
+``data[i].embedding`` by ``data[i].index``, ``usage.prompt_tokens``, ``model``.
+
 ``openai_compatible`` differs in one place: a ``developer`` turn is sent as ``system``
 (vLLM, Ollama, llama.cpp and LM Studio reject or ignore the newer role; see
 :attr:`OpenAIProvider.developer_role`).
@@ -47,6 +54,7 @@ from ..errors import ContentPolicyError, ResponseError
 from ..types import AuditRequest, ForcedTool, Message, ProviderResult, ToolCall
 from .base import HttpProvider, validate_structured
 from .chat import compact_json
+from .embeddings import vector_of
 from .streaming import MalformedEvent, StreamDecoder, StreamItem
 
 __all__ = [
@@ -211,7 +219,7 @@ class OpenAIProvider(HttpProvider):
     #: Where a pass-through ``max_tokens`` goes when the row's params name neither key.
     max_tokens_key: ClassVar[str] = "max_completion_tokens"
     capabilities: ClassVar[frozenset[str]] = frozenset(
-        {"streaming", "structured_output", "tools", "images"}
+        {"streaming", "structured_output", "tools", "images", "embeddings"}
     )
     #: The role a ``developer`` turn is sent with.
     developer_role: ClassVar[str] = "developer"
@@ -270,6 +278,44 @@ class OpenAIProvider(HttpProvider):
 
     def stream_decoder(self, request: AuditRequest) -> StreamDecoder:
         return ChatCompletionChunkDecoder(self)
+
+    def embed_endpoint(self, request: AuditRequest) -> str:
+        return f"{self.endpoint(request).removesuffix('/chat/completions')}/embeddings"
+
+    def embed_payload(self, request: AuditRequest) -> dict[str, Any]:
+        inputs = [x if isinstance(x, str) else list(x) for x in request.inputs]
+        payload: dict[str, Any] = {
+            "model": self.config.model,
+            "input": inputs,
+            "encoding_format": "base64",
+        }
+        dimensions = request.dimensions or (self.config.params or {}).get("dimensions")
+        if dimensions is not None:
+            payload["dimensions"] = dimensions
+        if request.user is not None:
+            payload["user"] = request.user
+        return payload
+
+    def parse_embeddings(self, data: Any, request: AuditRequest) -> ProviderResult:
+        items = data.get("data") if isinstance(data, dict) else None
+        if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
+            raise ResponseError("The response has no data list of embeddings.")
+        ordered = sorted(
+            items, key=lambda i: i.get("index") if isinstance(i.get("index"), int) else 0
+        )
+        vectors = tuple(
+            vector_of(item.get("embedding"), f"data[{n}].embedding")
+            for n, item in enumerate(ordered)
+        )
+        usage = data.get("usage")
+        if not isinstance(usage, dict):
+            usage = {}
+        return self.ok_result(
+            model=data.get("model"),
+            output="",
+            input_tokens=usage.get("prompt_tokens", 0),
+            vectors=vectors,
+        )
 
     def error_details(self, data: Any) -> tuple[str, tuple[object, ...]]:
         error = data.get("error") if isinstance(data, dict) else None

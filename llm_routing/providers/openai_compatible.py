@@ -28,7 +28,8 @@ class OpenAICompatibleProvider(OpenAIProvider):
     max_tokens_key: ClassVar[str] = "max_tokens"
     # Servers differ: streaming and tools are near-universal (vLLM, Ollama, llama.cpp,
     # LM Studio); structured output and images are declared per row.
-    capabilities: ClassVar[frozenset[str]] = frozenset({"streaming", "tools"})
+    # Embeddings: vLLM, Ollama, llama.cpp, LM Studio, TEI … serve ``/embeddings``.
+    capabilities: ClassVar[frozenset[str]] = frozenset({"streaming", "tools", "embeddings"})
     # Many local servers reject (or silently drop) the newer ``developer`` role.
     developer_role: ClassVar[str] = "system"
 

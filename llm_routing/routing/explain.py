@@ -5,9 +5,10 @@ provider, recording anything or claiming a probe slot: the plan of
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 
 from .. import effects
-from ..availability import may_try, missing_capability
+from ..availability import may_try, missing_capability, target_dimension
 from ..conf import routing_settings
 from ..explanation import CandidateExplanation, Explanation
 from ..resilience import breaker
@@ -36,6 +37,11 @@ def explain(request: AuditRequest) -> Explanation:
     rows = snap.rows(plan.names)
     forced = plan.router_mode == "forced"
     denied = _denied(plan, request, snap)
+    if request.call == "embed":  # the walk's target vector length (dimension_mismatch)
+        candidates = ((n, rows.get(n), _adapter_for(n, m, rows.get(n))) for n, m in plan.candidates)
+        request = replace(
+            request, expected_dimensions=target_dimension(request, candidates, denied)
+        )
     out: list[CandidateExplanation] = []
     for position, (name, model) in enumerate(plan.candidates):
         row = rows.get(name)

@@ -12,14 +12,14 @@ import logging
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 from asgiref.sync import sync_to_async
 from django.db import close_old_connections
 
 from .. import effects, recorder
-from ..availability import may_try, missing_capability
+from ..availability import may_try, missing_capability, target_dimension
 from ..conf import routing_settings
 from ..effects import (
     AsyncSleeper,
@@ -32,6 +32,7 @@ from ..effects import (
 from ..errors import ClientDisconnectedError, ResponseError
 from ..models import Provider
 from ..providers.base import BaseProvider
+from ..providers.embeddings import checked_answer
 from ..resilience import breaker
 from ..resilience.breaker import Observe
 from ..resilience.budget import Budget
@@ -110,6 +111,8 @@ def _skip_result(
             "circuit_open": "The provider's circuit is open.",
             "not_allowed": "You may not route to this provider.",
             "budget_exhausted": "The request-wide deadline or attempt budget is used up.",
+            "dimension_mismatch": "The provider's declared embedding dimension is not "
+            "the one this request needs.",
         }.get(reason, reason)
     return ProviderResult(
         provider=name,
@@ -178,6 +181,16 @@ class Announce(Effect[None]):
                     routed=self.routed)  # fmt: skip
 
 
+def _target(request: AuditRequest, setup: _Setup) -> int | None:
+    """The embeddings request's vector length (:func:`target_dimension`)."""
+    rows = setup.rows
+    candidates = (
+        (name, rows.get(name), _adapter_for(name, model, rows.get(name)))
+        for name, model in setup.plan.candidates
+    )
+    return target_dimension(request, candidates, setup.denied)
+
+
 def _gone_error() -> ClientDisconnectedError:
     return ClientDisconnectedError()
 
@@ -205,6 +218,8 @@ class _Session:
         )
         # Candidates the caller may not use: skipped as not_allowed (docs/operations.md).
         self.denied = setup.denied
+        if request.call == "embed":  # every candidate is held to one vector length
+            self.request = replace(request, expected_dimensions=_target(request, setup))
         # Set by the one exit (:meth:`finish`), which runs once.
         self.routed: RoutingResult | None = None
 
@@ -272,7 +287,7 @@ class _Session:
             yield from Observe(config, gone)
             self.walk.add(**_attempt_record(gone, served=False))
             raise
-        result = sanitized(result, request)
+        result = checked_answer(sanitized(result, request), request, config)
         if not (defer_success and result.ok):
             try:
                 yield from Observe(config, result)

@@ -5,6 +5,14 @@
 * Gemini — ``POST /v1beta/models/{model}:generateContent`` and
   ``:streamGenerateContent?alt=sse``
 
+Embeddings, in each vendor's wire format: OpenAI's ``POST /v1/embeddings`` (base64
+little-endian float32 when the request asks ``encoding_format: "base64"``, JSON
+numbers otherwise; ``usage.prompt_tokens`` a token per word) and Gemini's
+``:embedContent`` / ``:batchEmbedContents`` (no usage, as Gemini). The vectors are
+deterministic per text, of the request's ``dimensions`` / ``outputDimensionality``,
+else :data:`EMBEDDING_DIMENSIONS`; ``Fault(dimensions=n)`` answers length ``n``
+instead (a wrong-length upstream). They share the vendor's fault queue.
+
 Every request is recorded (:attr:`FakeUpstream.requests`: method, path, query, headers,
 body), and so is every stream the client closed before its end
 (:attr:`FakeUpstream.disconnects`). Faults are scripted per vendor as a FIFO queue
@@ -30,6 +38,9 @@ event); each of those frames counts as a chunk for ``cut_after`` & co., so
 
 from __future__ import annotations
 
+import array
+import base64
+import hashlib
 import json
 import socket
 import struct
@@ -44,9 +55,19 @@ from urllib.parse import urlsplit
 
 from llm_routing.providers.mock import instance_from_schema
 
-__all__ = ["FakeUpstream", "Fault", "Faults", "RecordedRequest", "StreamScript"]
+__all__ = [
+    "EMBEDDING_DIMENSIONS",
+    "FakeUpstream",
+    "Fault",
+    "Faults",
+    "RecordedRequest",
+    "StreamScript",
+    "fake_vector",
+]
 
 VENDORS = ("openai", "anthropic", "gemini")
+#: The length of the fake's vectors when the request names none.
+EMBEDDING_DIMENSIONS = 8
 
 
 @dataclass(frozen=True)
@@ -116,6 +137,8 @@ class Fault:
     stream: StreamScript | None = None  # how a streamed answer goes (body must be None)
     # The tool calls to answer (None: decided from the request; see the module doc).
     tool_calls: tuple[dict[str, Any], ...] | list[dict[str, Any]] | None = None
+    # An embeddings answer's vector length (None: as the request asks, else 8).
+    dimensions: int | None = None
 
 
 def _openai_error(status: int, message: str, type_: str, code: str | None) -> Fault:
@@ -434,6 +457,60 @@ def _arguments_value(arguments: Any) -> Any:
 def _fragments(arguments: Any) -> list[str]:
     text = _arguments_text(arguments)
     return [text[i : i + ARGUMENT_FRAGMENT] for i in range(0, len(text), ARGUMENT_FRAGMENT)]
+
+
+def fake_vector(text: str, dimensions: int) -> list[float]:
+    """The fake's deterministic vector of ``text`` (values in -1 … 1)."""
+    out: list[float] = []
+    counter = 0
+    while len(out) < dimensions:
+        digest = hashlib.sha256(f"{counter}:{text}".encode()).digest()
+        out += [(b - 127.5) / 127.5 for b in digest]
+        counter += 1
+    return out[:dimensions]
+
+
+def _embedding_texts(body: Any) -> list[str]:
+    if isinstance(body, dict) and isinstance(body.get("requests"), list):  # Gemini batch
+        return [r["content"]["parts"][0]["text"] for r in body["requests"]]
+    if isinstance(body, dict) and isinstance(body.get("content"), dict):  # Gemini single
+        return [body["content"]["parts"][0]["text"]]
+    raw = body.get("input") if isinstance(body, dict) else None
+    items = raw if isinstance(raw, list) else [raw]
+    if items and all(isinstance(x, int) for x in items):
+        items = [items]
+    return [x if isinstance(x, str) else json.dumps(x) for x in items]
+
+
+def _embeddings_ok(vendor: str, body: Any, fault: Fault) -> dict[str, Any]:
+    texts = _embedding_texts(body)
+    if vendor == "gemini":
+        asked = (body.get("requests") or [body])[0].get("outputDimensionality")
+    else:
+        asked = body.get("dimensions")
+    size = fault.dimensions or asked or EMBEDDING_DIMENSIONS
+    vectors = [fake_vector(t, size) for t in texts]
+    if vendor == "gemini":
+        if "requests" in body:
+            return {"embeddings": [{"values": v} for v in vectors]}
+        return {"embedding": {"values": vectors[0]}}
+    as_base64 = body.get("encoding_format") == "base64"
+    tokens = sum(len(t.split()) for t in texts)
+    return {
+        "object": "list",
+        "data": [
+            {
+                "object": "embedding",
+                "index": i,
+                "embedding": base64.b64encode(array.array("f", v).tobytes()).decode()
+                if as_base64
+                else v,
+            }
+            for i, v in enumerate(vectors)
+        ],
+        "model": body.get("model"),
+        "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+    }
 
 
 def _openai_ok(body: dict[str, Any], calls: ToolCalls | None = None) -> dict[str, Any]:
@@ -874,6 +951,11 @@ class _Handler(BaseHTTPRequestHandler):
         except ValueError:
             self._send(400, {"error": {"message": "Invalid JSON payload"}})
             return
+        if fault.body is None and split.path.endswith(
+            ("/embeddings", ":embedContent", ":batchEmbedContents")
+        ):
+            self._send(fault.status, _embeddings_ok(vendor, request_json, fault), fault.headers)
+            return
         if fault.body is None:
             calls = _tool_calls(vendor, request_json, fault.tool_calls)
             if streaming or (isinstance(request_json, dict) and request_json.get("stream")):
@@ -895,7 +977,7 @@ class _Handler(BaseHTTPRequestHandler):
     # --- helpers --------------------------------------------------------------------
     @staticmethod
     def _route(path: str) -> tuple[str | None, str, bool]:
-        if path.endswith("/chat/completions"):
+        if path.endswith(("/chat/completions", "/embeddings")):
             return "openai", "", False
         if path.endswith("/v1/messages"):
             return "anthropic", "", False
@@ -905,6 +987,8 @@ class _Handler(BaseHTTPRequestHandler):
                 return "gemini", model, False
             if method == "streamGenerateContent":
                 return "gemini", model, True
+            if method in ("embedContent", "batchEmbedContents"):
+                return "gemini", model, False
         return None, "", False
 
     @staticmethod
