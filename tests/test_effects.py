@@ -29,6 +29,7 @@ from llm_routing.effects import (
     Steps,
     StreamHandle,
 )
+from llm_routing.types import AuditRequest
 
 marker: contextvars.ContextVar[str] = contextvars.ContextVar("test_effects_marker", default="-")
 
@@ -438,6 +439,14 @@ class Adapter:
         self.calls.append(("acomplete", request, api_key, timeout))
         return "aanswer"
 
+    def embed(self, request: Any, *, api_key: Any, timeout: Any) -> str:
+        self.calls.append(("embed", request, api_key, timeout))
+        return "vectors"
+
+    async def aembed(self, request: Any, *, api_key: Any, timeout: Any) -> str:
+        self.calls.append(("aembed", request, api_key, timeout))
+        return "avectors"
+
     def stream(self, request: Any, *, api_key: Any, timeout: Any) -> list[int]:
         self.calls.append(("stream", request, api_key, timeout))
         return [1, 2]  # an iterable: the effect makes the iterator
@@ -449,10 +458,20 @@ class Adapter:
 
 def test_complete_calls_the_adapter_with_the_key_and_timeout_on_both_drivers() -> None:
     adapter = Adapter()
-    effect = Complete(adapter, "req", "k", 2.5)  # type: ignore[arg-type]
+    chat = AuditRequest(task="t", input_text="x")
+    effect = Complete(adapter, chat, "k", 2.5)  # type: ignore[arg-type]
     assert effect.run(Context()) == "answer"
     assert asyncio.run(effect.arun(Context())) == "aanswer"
-    assert adapter.calls == [("complete", "req", "k", 2.5), ("acomplete", "req", "k", 2.5)]
+    embed = AuditRequest(task="t", input_text="x", call="embed")
+    effect = Complete(adapter, embed, None, 1.0)  # type: ignore[arg-type]
+    assert effect.run(Context()) == "vectors"
+    assert asyncio.run(effect.arun(Context())) == "avectors"
+    assert adapter.calls == [
+        ("complete", chat, "k", 2.5),
+        ("acomplete", chat, "k", 2.5),
+        ("embed", embed, None, 1.0),
+        ("aembed", embed, None, 1.0),
+    ]
 
 
 def test_a_stream_is_opened_read_to_its_end_and_closed_on_both_drivers() -> None:
