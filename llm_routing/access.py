@@ -31,7 +31,7 @@ does not exist, and the caller's copy of a decision leaves it out
 from __future__ import annotations
 
 import hmac
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
@@ -59,6 +59,7 @@ __all__ = [
     "refusal",
     "unseen",
     "viewer_for",
+    "visible_picks",
     "visible_routed",
 ]
 
@@ -305,6 +306,26 @@ def may_see(
     return any(r.chain.allows(principal) for r in matching or keyed)
 
 
+def visible_picks(
+    picks: Iterable[Mapping[str, Any]], shown: Callable[[str], bool]
+) -> tuple[Mapping[str, Any], ...]:
+    """``routing_metadata.picks`` (or explain's) with only the providers ``shown``
+    admits: a hidden name leaves a pick's order and its weights, counts and scores, and
+    a pick whose picked candidate is hidden is left out whole (it would name it)."""
+    out: list[Mapping[str, Any]] = []
+    for pick in picks:
+        picked = pick.get("picked")
+        if picked is not None and not shown(picked):
+            continue
+        kept = dict(pick)
+        kept["order"] = [n for n in pick.get("order", ()) if shown(n)]
+        for key in ("weights", "counts", "scores"):
+            if isinstance(pick.get(key), Mapping):
+                kept[key] = {n: v for n, v in pick[key].items() if shown(n)}
+        out.append(kept)
+    return tuple(out)
+
+
 def visible_routed(
     routed: RoutingResult, viewer: Viewer, config: ConfigSnapshot | None = None
 ) -> RoutingResult:
@@ -341,11 +362,13 @@ def visible_routed(
         result = replace(result, provider="", model="")
     dropped = {a.provider for a in meta.attempts if a.reason == "not_allowed"}
     chain = tuple(n for n in meta.chain if n not in dropped and shown(n))
-    if (chain, attempts, chain_name, result) == (
+    picks = visible_picks(meta.picks, lambda n: n not in dropped and shown(n))
+    if (chain, attempts, chain_name, result, picks) == (
         meta.chain,
         meta.attempts,
         meta.chain_name,
         routed.result,
+        meta.picks,
     ):
         return routed  # nothing to hide: the decision as it is
     metadata = replace(
@@ -357,5 +380,6 @@ def visible_routed(
         attempts=attempts,
         fallback_used=fallback_reason is not None,
         fallback_reason=fallback_reason,
+        picks=picks,
     )
     return replace(routed, result=result, metadata=metadata)

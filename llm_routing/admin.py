@@ -13,7 +13,7 @@ from django.http import HttpRequest
 from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html, format_html_join
 
-from .admin_chain import ChainEntryForm, ChainEntryFormSet, save_entries
+from .admin_chain import ChainEntryForm, ChainEntryFormSet, save_entries, steps_summary
 from .admin_decisions import DecisionDisplayMixin, failed, failure_words, moment
 from .admin_views import circuit_board_view, dashboard_view, explain_url, explain_view
 from .admin_words import term, words
@@ -66,6 +66,13 @@ class ProviderForm(forms.ModelForm):
                 "A provider of kind mock answers offline whatever its mode: the list "
                 "shows it as “mock (answers offline)”."
             )
+        if "affinity_ttl_s" in self.fields:
+            self.fields["affinity_ttl_s"].required = False  # empty: the default
+
+    def clean_affinity_ttl_s(self) -> int:
+        value = self.cleaned_data.get("affinity_ttl_s")
+        default = Provider._meta.get_field("affinity_ttl_s").get_default()
+        return int(default if value is None else value)
 
 
 @admin.register(Provider)
@@ -98,6 +105,7 @@ class ProviderAdmin(admin.ModelAdmin):
         ("Key", {"fields": ["api_key_env", "key_badge"]}),
         ("Limits", {"fields": ["timeout_s", "first_token_timeout_s", "max_retries", "params"]}),
         ("Price override", {"fields": ["input_price_per_mtok", "output_price_per_mtok"]}),
+        ("Context and affinity", {"fields": ["context_window", "affinity_ttl_s"]}),
         (
             "Capabilities",
             {
@@ -293,11 +301,14 @@ class ChainEntryInline(admin.TabularInline):
     formset = ChainEntryFormSet
     extra = 1
     ordering = ["position"]
-    fields = ["position", "provider", "model", "enabled"]
+    fields = ["position", "provider", "model", "enabled", "step", "weight", "strategy"]
     autocomplete_fields = ["provider"]
     classes = ["llmr-chain-entries"]
     verbose_name = "entry"
-    verbose_name_plural = "entries (drag ☰ to reorder; tried top to bottom)"
+    verbose_name_plural = (
+        "entries (drag ☰ to reorder; tried top to bottom; entries sharing a step number "
+        "form one step, picked by its strategy)"
+    )
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[ChainEntry]:
         return super().get_queryset(request).select_related("chain", "provider")
@@ -316,7 +327,7 @@ class ChainAdmin(admin.ModelAdmin):
         js = ["llm_routing/admin/chain_order.js"]
         css = {"all": ["llm_routing/admin/llm_routing.css"]}
 
-    readonly_fields = ["explain_link"]
+    readonly_fields = ["steps", "explain_link"]
 
     def get_urls(self) -> list[URLPattern]:
         site = self.admin_site
@@ -349,13 +360,27 @@ class ChainAdmin(admin.ModelAdmin):
 
     @admin.display(description="providers (in order)")
     def providers(self, obj: Chain) -> str:
-        entries = sorted(obj.entries.all(), key=lambda e: e.position)
-        return " → ".join(e.provider.name for e in entries if e.enabled) or "—"
+        return steps_summary(obj.entries.all()) or "—"
+
+    @admin.display(description="steps")
+    def steps(self, obj: Chain) -> str:
+        if obj.pk is None:
+            return "—"
+        return steps_summary(obj.entries.select_related("provider")) or "—"
 
 
 @admin.register(ChainEntry)
 class ChainEntryAdmin(admin.ModelAdmin):
-    list_display = ["chain", "position", "provider", "model", "enabled"]
+    list_display = [
+        "chain",
+        "position",
+        "provider",
+        "model",
+        "enabled",
+        "step",
+        "weight",
+        "strategy",
+    ]
     list_filter = ["chain", "enabled"]
     list_select_related = ["chain", "provider"]
     ordering = ["chain__name", "position"]
@@ -423,6 +448,7 @@ class LogMixin(ReadOnlyMixin):
 
 ATTEMPT_FIELDS = (
     "index",
+    "step",
     "provider",
     "model",
     "outcome_words",

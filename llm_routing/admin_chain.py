@@ -14,6 +14,7 @@ position or provider, on any database, without deferrable constraints.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
 from typing import Any
 
 from django import forms
@@ -21,9 +22,15 @@ from django.core.exceptions import ValidationError
 from django.db import router as db_router
 from django.db import transaction
 
-from .models import Chain, ChainEntry
+from .models import Chain, ChainEntry, group_steps
 
-__all__ = ["ChainEntryForm", "ChainEntryFormSet", "next_free_position", "save_entries"]
+__all__ = [
+    "ChainEntryForm",
+    "ChainEntryFormSet",
+    "next_free_position",
+    "save_entries",
+    "steps_summary",
+]
 
 
 #: The unique constraints checked on the chain's final set of rows, not row by row.
@@ -35,10 +42,19 @@ FINAL_STATE_CONSTRAINTS = frozenset(
 class ChainEntryForm(forms.ModelForm):
     class Meta:
         model = ChainEntry
-        fields = ["position", "provider", "model", "enabled"]
+        fields = ["position", "provider", "model", "enabled", "step", "weight", "strategy"]
         # Dragging is the one way to order (chain_order.js rewrites the hidden positions;
         # without JavaScript the rows keep their order and a new row goes last).
         widgets = {"position": forms.HiddenInput(attrs={"class": "llmr-position"})}
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if "weight" in self.fields:
+            self.fields["weight"].required = False  # empty: the default, 1
+
+    def clean_weight(self) -> float:
+        weight = self.cleaned_data.get("weight")
+        return 1.0 if weight is None else float(weight)
 
     def validate_unique(self) -> None:
         """Uniqueness is a property of the final set of rows, not of one row against the
@@ -128,6 +144,20 @@ class ChainEntryFormSet(forms.BaseInlineFormSet):
                         params={"name": name},
                     )
                 )
+        by_step: dict[int, set[str]] = {}
+        for f in kept:
+            if f.cleaned_data.get("step") is not None and f.cleaned_data.get("strategy"):
+                by_step.setdefault(f.cleaned_data["step"], set()).add(f.cleaned_data["strategy"])
+        for step, strategies in sorted(by_step.items()):
+            if len(strategies) > 1:
+                errors.append(
+                    ValidationError(
+                        "Step %(step)d has entries with different strategies (%(names)s); "
+                        "give every entry of a step the same one.",
+                        code="mixed_strategies",
+                        params={"step": step, "names": ", ".join(sorted(strategies))},
+                    )
+                )
         if getattr(self.instance, "is_default", False) and not kept:
             errors.append(
                 ValidationError(
@@ -160,3 +190,18 @@ def save_entries(formset: ChainEntryFormSet) -> None:
                 obj.save()
         for obj in formset.new_objects:
             obj.save()
+
+
+def steps_summary(entries: Iterable[ChainEntry]) -> str:
+    """A chain's enabled entries as its steps, for the admin: ``a → weighted(b 1, c
+    0.25) → d`` (a step of several: its strategy, each entry with its weight)."""
+    ordered = sorted((e for e in entries if e.enabled), key=lambda e: e.position)
+    parts: list[str] = []
+    for step in group_steps(ordered):
+        if len(step) == 1:
+            parts.append(step[0].provider.name)
+            continue
+        strategy = next((e.strategy for e in step if e.strategy), "") or "weighted"
+        members = ", ".join(f"{e.provider.name} {e.weight:g}" for e in step)
+        parts.append(f"{strategy}({members})")
+    return " → ".join(parts)

@@ -26,6 +26,8 @@ WORDS: dict[str, str] = {
     "unknown_provider": "unknown provider",
     "not_allowed": "not allowed for this user",
     "unsupported": "cannot serve this request",
+    "drained": "drained (weight 0)",
+    "context_too_small": "context window too small",
     "dimension_mismatch": "other embedding dimension",
     "deadline": "out of time",
     "attempt_budget": "out of attempts",

@@ -5,14 +5,16 @@ continuation streaming (which also needs ``prefill``) and explain (which reads t
 circuit without claiming a probe slot). Its reasons, in the order they are checked:
 
 ``not_allowed`` (the caller's access rules; never the mock) · ``unknown_provider`` (no
-row, or — forced — no adapter for its kind) · ``disabled`` · ``unknown_provider`` (no
-adapter for its kind) · ``missing_key`` · ``unsupported`` (a capability the request
-needs: :func:`missing_capability`) · ``dimension_mismatch`` (an embeddings request:
-the row declares a vector length other than the request's target,
-:func:`target_dimension`) · ``budget_exhausted`` (the request-wide deadline or
-attempt budget leaves no room for a real call; checked before the circuit so a
-half-open probe slot is never taken in vain) · ``circuit_open`` (last: the breaker's
-``Allow`` effect, which may claim the half-open probe slot, or ``PeekCircuit``).
+row, or — forced — no adapter for its kind) · ``disabled`` · ``drained`` (weight 0 in
+its step) · ``unknown_provider`` (no adapter for its kind) · ``missing_key`` ·
+``unsupported`` (a capability the request needs: :func:`missing_capability`) ·
+``context_too_small`` (after a context-length failure, a declared context window not
+larger than the failed one's: :func:`too_small`) · ``dimension_mismatch`` (an
+embeddings request: the row declares a vector length other than the request's target,
+:func:`target_dimension`) · ``budget_exhausted`` (the request-wide deadline or attempt
+budget leaves no room for a real call; checked before the circuit so a half-open probe
+slot is never taken in vain) · ``circuit_open`` (last: the breaker's ``Allow`` effect,
+which may claim the half-open probe slot, or ``PeekCircuit``).
 
 The mock backstop is always available, except for a capability asked beyond the
 request's own (``needs``: continuation's ``prefill``).
@@ -32,15 +34,17 @@ from .types import CAPABILITIES, MOCK_PROVIDER_NAME, AuditRequest
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-__all__ = ["SKIP_REASONS", "may_try", "missing_capability", "target_dimension"]
+__all__ = ["SKIP_REASONS", "may_try", "missing_capability", "target_dimension", "too_small"]
 
 #: Every reason :func:`may_try` can give, in the order it checks them.
 SKIP_REASONS = (
     "not_allowed",
     "unknown_provider",
     "disabled",
+    "drained",
     "missing_key",
     "unsupported",
+    "context_too_small",
     "dimension_mismatch",
     "budget_exhausted",
     "circuit_open",
@@ -57,6 +61,14 @@ def missing_capability(
         if capability in needed and not adapter.supports(capability):
             return capability
     return None
+
+
+def too_small(row: Provider, context_floor: int | None) -> bool:
+    """Whether ``row``'s declared context window cannot hold what already failed with a
+    context-length error on a window of ``context_floor`` tokens (None: no such failure,
+    or the failed candidate declared no window). An undeclared window is tried."""
+    window = row.context_window
+    return context_floor is not None and window is not None and window <= context_floor
 
 
 def target_dimension(
@@ -97,6 +109,8 @@ def may_try(
     forced: bool = False,
     needs: frozenset[str] = frozenset(),
     claim: bool = True,
+    drained: bool = False,
+    context_floor: int | None = None,
 ) -> Steps[str | None]:
     """None when the candidate may be tried now, else the reason it is skipped.
 
@@ -104,7 +118,9 @@ def may_try(
     a fresh one is assumed); ``forced``: a forced call (a row without an adapter is
     ``unknown_provider`` even when disabled); ``needs``: capabilities beyond the
     request's own (continuation: ``prefill``); ``claim``: the circuit through ``Allow``
-    (may claim the half-open probe slot), else read only (``PeekCircuit``: explain)."""
+    (may claim the half-open probe slot), else read only (``PeekCircuit``: explain);
+    ``drained``: its weight in its step is 0; ``context_floor``: the largest declared
+    context window that failed with a context-length error so far (:func:`too_small`)."""
     if adapter is not None and any(not adapter.supports(c) for c in needs):
         return "unsupported"  # the mock too: it is a backstop, not a continuation
     if name == MOCK_PROVIDER_NAME:
@@ -115,12 +131,16 @@ def may_try(
         return "unknown_provider"
     if not row.enabled:
         return "disabled"
+    if drained:
+        return "drained"
     if adapter is None:
         return "unknown_provider"
     if adapter.requires_key and not row.key_present:
         return "missing_key"
     if missing_capability(adapter, request, needs) is not None:
         return "unsupported"
+    if too_small(row, context_floor):
+        return "context_too_small"
     expected, declared = request.expected_dimensions, adapter.config.embedding_dimensions
     if request.call == "embed" and None not in (expected, declared) and expected != declared:
         return "dimension_mismatch"

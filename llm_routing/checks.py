@@ -14,6 +14,7 @@ llm_routing.W002      a chain has no enabled entry with an enabled provider
 llm_routing.W003      write-behind recording without SPOOL_DIR (refused batches are lost)
 llm_routing.W004      ASYNC_HTTP_TRANSPORT is "aiohttp" but httpx-aiohttp cannot be
                       imported: the async upstream client uses httpcore
+llm_routing.W005      a step of several entries whose enabled weights sum to 0 (drained)
 llm_routing.I001      no default chain in the database and no DEFAULT_CHAIN setting
 llm_routing.W010      httpx / httpcore debug logging is on (it logs request headers)
 llm_routing.E010      HTTP_MAX_CONNECTIONS / HTTP_MAX_KEEPALIVE are not usable pool limits
@@ -23,7 +24,7 @@ llm_routing.W020-028  a private seam of Django/asgiref/DRF/httpcore moved: its
                       fallback is in use (llm_routing.seams)
 ====================  ==========================================================
 
-E003, E004, W001, W002 and I001 read the configuration rows. They are registered with
+E003, E004, W001, W002, W005 and I001 read the configuration rows. They are registered with
 the ``database`` tag, so they run on ``manage.py check --database default``, before
 ``migrate`` applies migrations (they skip silently while the tables do not exist yet)
 and in ``manage.py llm_routing_check``; plain ``manage.py check`` never opens a
@@ -108,6 +109,12 @@ MESSAGES: dict[str, tuple[str, str]] = {
         "The async upstream client falls back to httpx/httpcore (correct, slower per call). "
         "Install httpx-aiohttp>=0.2,<0.3 (it brings aiohttp), or set "
         'ASYNC_HTTP_TRANSPORT to "httpx" to choose httpcore (docs/production.md).',
+    ),
+    "W005": (
+        "Chain {name!r}: step {step} ({strategy}) has weights summing to 0, so every entry "
+        "of it is drained.",
+        "Give at least one enabled entry of the step a positive weight; until then the "
+        "walk skips the whole step (drained) and goes on to the next (docs/strategies.md).",
     ),
     "I001": (
         "No default chain is configured.",
@@ -254,8 +261,8 @@ def _tables_exist(alias: str, *tables: str) -> bool:
 def check_configuration_rows(
     app_configs: Any = None, databases: Any = None, **kwargs: Any
 ) -> list[checks.CheckMessage]:
-    """Checks over Provider/Chain rows: E003, E004, W001, W002, I001."""
-    from .models import Chain, ChainEntry, Provider
+    """Checks over Provider/Chain rows: E003, E004, W001, W002, W005, I001."""
+    from .models import Chain, ChainEntry, Provider, group_steps
 
     alias = router.db_for_read(Provider) or "default"
     if not databases or alias not in databases:
@@ -276,6 +283,16 @@ def check_configuration_rows(
             if not usable:
                 detail = "" if chain.entries.all() else " (it has no entries)"
                 messages.append(_message(checks.Warning, "W002", name=chain.name, detail=detail))
+            entries = sorted(chain.entries.all(), key=lambda e: e.position)
+            for number, step in enumerate(group_steps(entries)):
+                live = [e for e in step if e.enabled]
+                if len(step) > 1 and live and sum(e.weight for e in live) <= 0:
+                    strategy = step[0].strategy or "weighted"
+                    messages.append(
+                        _message(
+                            checks.Warning, "W005", name=chain.name, step=number, strategy=strategy
+                        )
+                    )
         has_default = Chain.objects.using(alias).filter(is_default=True).exists()
     except DatabaseError:
         return messages

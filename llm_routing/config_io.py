@@ -14,6 +14,12 @@ thin wrappers over :func:`apply` and :func:`export`. The format (docs/configurat
     is_default = true
     entries = ["openai-main", { provider = "anthropic", model = "claude-haiku-4-5" }]
 
+    [chains.spread]                    # steps: docs/strategies.md
+    entries = [
+        { any = ["oa-key1", { provider = "oa-key2", weight = 0.25 }], strategy = "weighted" },
+        "anthropic",
+    ]
+
     [rules.cheap]
     priority = 10
     route = "cheap"
@@ -66,7 +72,8 @@ from django.db import IntegrityError, models, transaction
 
 from .boundary import problems
 from .conf import routing_settings
-from .models import Budget, Chain, ChainEntry, Provider, RoutingRule
+from .models import Budget, Chain, ChainEntry, Provider, RoutingRule, group_steps
+from .strategies import STRATEGIES
 
 __all__ = [
     "FORMAT_VERSION",
@@ -117,6 +124,8 @@ KEY_VALUE_PATTERNS = (
 
 _SKIPPED_FIELDS = frozenset({"id", "name", "created_at", "updated_at", "position"})
 _SECTIONS = ("providers", "chains", "rules")
+# A chain entry's fields the file's structure carries (a step of several), not its table.
+_STRUCTURAL = frozenset({"step", "strategy"})
 
 
 class ConfigError(Exception):
@@ -407,7 +416,42 @@ def _decimals(model: type[models.Model], values: Mapping[str, Any]) -> dict[str,
     return out
 
 
+def _parse_member(
+    item: Any, epath: str, errors: list[str], seen: set[str]
+) -> dict[str, Any] | None:
+    """One entry: a provider name or an inline table (``provider``, ``model``,
+    ``enabled``, ``weight``)."""
+    table = {"provider": item} if isinstance(item, str) else item
+    if not isinstance(table, Mapping):
+        errors.append(f"{epath}: expected a provider name or an inline table.")
+        return None
+    for structural in ("step", "strategy"):
+        if structural in table:
+            errors.append(
+                f"{epath}.{structural}: set by the file's structure; write a step of "
+                'several as { any = [...], strategy = "weighted" }.'
+            )
+    values = _fields_from(
+        ChainEntry,
+        {k: v for k, v in table.items() if k not in ("step", "strategy")},
+        epath,
+        errors,
+        extra=frozenset({"provider"}),
+    )
+    provider = table.get("provider")
+    if not isinstance(provider, str) or not provider:
+        errors.append(f"{epath}.provider: required; the name of a provider.")
+        return None
+    if provider in seen:
+        errors.append(f"{epath}: provider {provider!r} appears twice in this chain.")
+    seen.add(provider)
+    return {"provider": provider, **values}
+
+
 def _parse_entries(raw: Any, path: str, errors: list[str]) -> list[dict[str, Any]]:
+    """The chain's entries, flat and in order: a step of several
+    (``{ any = [...], strategy = ... }``) gives each of its members the step's index as
+    ``step`` and its strategy; a step of one has neither."""
     if not isinstance(raw, list):
         errors.append(f"{path}.entries: expected an array.")
         return []
@@ -415,19 +459,26 @@ def _parse_entries(raw: Any, path: str, errors: list[str]) -> list[dict[str, Any
     seen: set[str] = set()
     for i, item in enumerate(raw):
         epath = f"{path}.entries[{i}]"
-        table = {"provider": item} if isinstance(item, str) else item
-        if not isinstance(table, Mapping):
-            errors.append(f"{epath}: expected a provider name or an inline table.")
+        if not (isinstance(item, Mapping) and "any" in item):
+            if (entry := _parse_member(item, epath, errors, seen)) is not None:
+                entries.append(entry)
             continue
-        values = _fields_from(ChainEntry, table, epath, errors, extra=frozenset({"provider"}))
-        provider = table.get("provider")
-        if not isinstance(provider, str) or not provider:
-            errors.append(f"{epath}.provider: required; the name of a provider.")
+        unknown = sorted(set(item) - {"any", "strategy"})
+        if unknown:
+            errors.append(
+                f"{epath}: unknown field(s) {', '.join(unknown)}; expected any, strategy."
+            )
+        strategy = item.get("strategy", "weighted")
+        if strategy not in STRATEGIES:
+            errors.append(f"{epath}.strategy: expected one of {', '.join(STRATEGIES)}.")
+        members = item["any"]
+        if not isinstance(members, list) or not members:
+            errors.append(f"{epath}.any: expected a non-empty array of entries.")
             continue
-        if provider in seen:
-            errors.append(f"{epath}: provider {provider!r} appears twice in this chain.")
-        seen.add(provider)
-        entries.append({"provider": provider, **values})
+        for j, member in enumerate(members):
+            entry = _parse_member(member, f"{epath}.any[{j}]", errors, seen)
+            if entry is not None:
+                entries.append({**entry, "step": i, "strategy": strategy})
     return entries
 
 
@@ -685,6 +736,34 @@ def _check_tomlable(value: Any, path: str, errors: list[str]) -> None:
             _check_tomlable(v, f"{path}[{i}]", errors)
 
 
+def _dump_member(entry: Mapping[str, Any]) -> Any:
+    extra = {k: v for k, v in _canonical_table(ChainEntry, entry).items() if k not in _STRUCTURAL}
+    return {"provider": entry["provider"], **extra} if extra else entry["provider"]
+
+
+def _dump_entries(entries: list[dict[str, Any]]) -> list[Any]:
+    """A chain's entries as the file writes them: a step of several (entries sharing a
+    step number, :func:`models.group_steps`) as ``{ any = [...], strategy = ... }``."""
+    out: list[Any] = []
+    for group in group_steps(_Stepped(e) for e in entries):
+        if group[0].step is None:
+            out.append(_dump_member(group[0].entry))
+            continue
+        strategy = group[0].entry.get("strategy") or "weighted"
+        out.append({"any": [_dump_member(g.entry) for g in group], "strategy": strategy})
+    return out
+
+
+@dataclass(frozen=True)
+class _Stepped:
+    entry: dict[str, Any]
+
+    @property
+    def step(self) -> int | None:
+        step = self.entry.get("step")
+        return step if isinstance(step, int) else None
+
+
 def dumps(state: DesiredState) -> str:
     """The canonical text of a state (see the module docstring)."""
     doc: dict[str, Any] = {"version": FORMAT_VERSION}
@@ -693,11 +772,7 @@ def dumps(state: DesiredState) -> str:
     for name in sorted(state.chains):
         values = state.chains[name]
         table = _canonical_table(Chain, values)
-        entries: list[Any] = []
-        for entry in values["entries"]:
-            extra = _canonical_table(ChainEntry, entry)
-            entries.append({"provider": entry["provider"], **extra} if extra else entry["provider"])
-        table["entries"] = entries
+        table["entries"] = _dump_entries(values["entries"])
         chains[name] = table
     rules = {}
     for name in sorted(state.rules, key=lambda n: (state.rules[n]["priority"], n)):

@@ -3,9 +3,10 @@ walk would do with each candidate, were the request sent now. Data only."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .routing.plan import Plan
@@ -30,10 +31,12 @@ class CandidateExplanation:
     first_token_timeout_s: float | None = None
     max_retries: int | None = None
     backstop: bool = False
+    step: int | None = None  # the chain step (0 first); None: forced
 
     def to_dict(self) -> dict[str, object]:
         return {
             "position": self.position,
+            "step": self.step,
             "provider": self.provider,
             "model": self.model,
             "verdict": self.verdict,
@@ -57,6 +60,7 @@ class Explanation:
     candidates: tuple[CandidateExplanation, ...]
     deadline_s: float
     max_attempts: int
+    picks: tuple[Mapping[str, Any], ...] = ()  # per step of several: the strategy's pick
 
     @property
     def first_try(self) -> CandidateExplanation | None:
@@ -74,6 +78,7 @@ class Explanation:
             "would_serve_first": first.provider if first else None,
             "budget": {"deadline_s": self.deadline_s, "max_attempts": self.max_attempts},
             "candidates": [c.to_dict() for c in self.candidates],
+            "picks": [dict(p) for p in self.picks],
         }
 
 

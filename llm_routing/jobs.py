@@ -77,6 +77,7 @@ PAYLOAD_FIELDS = (
     "messages",
     "tools",
     "tool_choice",
+    "affinity",
 )
 
 

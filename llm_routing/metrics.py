@@ -66,8 +66,10 @@ SKIP_REASONS = frozenset(
         "not_allowed",
         "unknown_provider",
         "disabled",
+        "drained",
         "missing_key",
         "unsupported",
+        "context_too_small",
         "dimension_mismatch",
         "budget_exhausted",
         "circuit_open",
@@ -145,6 +147,13 @@ SKIPS = Counter(
     "llm_routing_skips_total",
     "Candidates skipped without a call, by reason.",
     ("provider", "reason"),
+    registry=REGISTRY,
+)
+PICKS = Counter(
+    "llm_routing_picks_total",
+    "Picks of a step of several candidates (docs/strategies.md): which candidate its "
+    "strategy put first, and why.",
+    ("chain", "step", "strategy", "provider", "reason"),
     registry=REGISTRY,
 )
 FALLBACKS = Counter(
@@ -235,6 +244,7 @@ _request_duration = _Children(REQUEST_DURATION)
 _attempts = _Children(ATTEMPTS)
 _skips = _Children(SKIPS)
 _fallbacks = _Children(FALLBACKS)
+_picks = _Children(PICKS)
 _tokens_total = _Children(TOKENS)
 _cost = _Children(COST)
 _operation_duration = _Children(OPERATION_DURATION)
@@ -257,6 +267,15 @@ def observe(request: AuditRequest, routed: RoutingResult) -> None:
     _request_duration(*request_labels).observe(total_s)
     if meta.fallback_used:
         _fallbacks(_bounded(meta.fallback_reason, FALLBACK_REASONS) or OTHER).inc()
+    for pick in meta.picks:  # names from the chain's own entries: bounded
+        if pick.get("picked"):
+            _picks(
+                meta.chain_name or "",
+                str(pick["step"]),
+                str(pick["strategy"]),
+                str(pick["picked"]),
+                str(pick["reason"]),
+            ).inc()
     earlier_ms = 0.0
     for attempt, cost in zip(attempts, costs, strict=True):
         source = sources.get(attempt.provider)

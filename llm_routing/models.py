@@ -13,7 +13,7 @@ import os
 import uuid
 from collections.abc import Iterable
 from decimal import Decimal
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
@@ -23,10 +23,12 @@ from django.db.models import Q
 from django.utils import timezone
 
 from .signals import config_changed
+from .strategies import STRATEGIES
 from .types import MOCK_PROVIDER_NAME, ProviderConfig
 from .validators import validate_api_key_env, validate_base_url
 
 __all__ = [
+    "STRATEGIES",
     "Attempt",
     "AuditJob",
     "Budget",
@@ -35,6 +37,7 @@ __all__ = [
     "Provider",
     "RoutingDecision",
     "RoutingRule",
+    "group_steps",
     "rule_matches",
 ]
 
@@ -69,6 +72,35 @@ def rule_matches(rule_route: str, task_glob: str, *, task: str, route: str | Non
     if task_glob and not fnmatch.fnmatchcase(task, task_glob):
         return False
     return bool(rule_route or task_glob)
+
+
+STRATEGY_CHOICES = [("", "(a step of one)")] + [(s, s) for s in STRATEGIES]
+
+
+class _Stepped(Protocol):
+    @property
+    def step(self) -> int | None: ...
+
+
+_E = TypeVar("_E", bound=_Stepped)
+
+
+def group_steps(entries: Iterable[_E]) -> list[list[_E]]:
+    """A chain's entries (in position order) grouped into steps: entries sharing a step
+    number form one step, placed where its first entry is; an entry without a step
+    number is a step of its own. Used by the snapshot, the admin and the config file."""
+    steps: list[list[_E]] = []
+    by_number: dict[int, list[_E]] = {}
+    for entry in entries:
+        number = entry.step
+        if number is None:
+            steps.append([entry])
+        elif number in by_number:
+            by_number[number].append(entry)
+        else:
+            by_number[number] = [entry]
+            steps.append(by_number[number])
+    return steps
 
 
 _INHERIT_HELP = "Unknown: inherit what the adapter kind declares; Yes/No: override it."
@@ -154,6 +186,24 @@ class Provider(models.Model):
         default=None,
         help_text="USD per million output tokens; overrides the price package. "
         "Set both prices or neither.",
+    )
+    # The model's context window in tokens, when declared: after a context_length
+    # failure, candidates whose window is not larger are skipped (context_too_small).
+    context_window = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        default=None,
+        help_text="Context window in tokens (optional). After a context-length failure, "
+        "candidates whose window is not larger are skipped.",
+    )
+    # How long a conversation's affinity key keeps it on this provider: the lifetime of
+    # the provider's prompt cache (docs/strategies.md, "Prompt-cache affinity").
+    affinity_ttl_s = models.PositiveIntegerField(
+        "affinity TTL (s)",
+        default=300,
+        validators=[MinValueValidator(1), MaxValueValidator(86400)],
+        help_text="How long requests with the same affinity key keep coming back here: "
+        "the life of the provider's prompt cache (300; 3600 for a one-hour cache).",
     )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -255,6 +305,12 @@ class Chain(models.Model):
         help_text="Let the built-in mock answer on /v1 when every real candidate was "
         "skipped or failed (POST /audit/ always falls back to the mock).",
     )
+    affinity_from_user = models.BooleanField(
+        default=False,
+        help_text="Use the OpenAI 'user' field as the affinity key when a request carries "
+        "none (X-LLM-Affinity, 'affinity'): a user's requests return to the candidate "
+        "that served them last, where the prompt cache is warm.",
+    )
     # Who may use the chain (docs/operations.md "Who may route where"): both empty →
     # everyone; otherwise only these users and the members of these groups.
     allowed_users = models.ManyToManyField(
@@ -307,6 +363,26 @@ class ChainEntry(models.Model):
         max_length=128, blank=True, help_text="Optional model override for this chain."
     )
     enabled = models.BooleanField(default=True)
+    # Steps (docs/strategies.md): entries sharing a step number form one step, tried in
+    # the step's strategy order; an entry without one is a step by itself.
+    step = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        default=None,
+        help_text="Entries with the same step number form one step (a set of candidates "
+        "picked by the strategy); empty: a step of its own.",
+    )
+    weight = models.FloatField(
+        default=1.0,
+        validators=[MinValueValidator(0.0)],
+        help_text="Share of the step's traffic (weighted) and tie-break (cost); 0 drains it.",
+    )
+    strategy = models.CharField(
+        max_length=16,
+        blank=True,
+        choices=STRATEGY_CHOICES,
+        help_text="How the step picks among its entries (set on every entry of the step).",
+    )
 
     objects = ConfigQuerySet["ChainEntry"].as_manager()
 
@@ -319,6 +395,9 @@ class ChainEntry(models.Model):
             ),
             models.UniqueConstraint(
                 fields=["chain", "provider"], name="llm_routing_chainentry_unique_provider"
+            ),
+            models.CheckConstraint(
+                condition=Q(weight__gte=0), name="llm_routing_chainentry_weight_not_negative"
             ),
         ]
 
@@ -419,6 +498,8 @@ class Attempt(models.Model):
     cost_usd = models.DecimalField(max_digits=18, decimal_places=10, null=True, blank=True)
     served = models.BooleanField(default=False)
     partial = models.BooleanField(default=False)
+    # The chain step the candidate belonged to (0 first); null for a forced call.
+    step = models.PositiveSmallIntegerField(null=True, blank=True)
 
     class Meta:
         ordering = ["decision", "index"]

@@ -125,6 +125,7 @@ def decision_rows(request: AuditRequest, routed: RoutingResult) -> dict[str, Any
                 "latency_ms": a.latency_ms,
                 "served": a.served,
                 "partial": a.partial,
+                "step": a.step,
                 "cost_usd": pricing.format_usd(c),
             }
             for a, c in zip(meta.attempts, cost.attempts, strict=True)

@@ -48,7 +48,7 @@ from django.db.models.signals import m2m_changed, post_delete, post_save
 
 from .cache import CACHE_RETRY_S as _CACHE_RETRY_S
 from .cache import CacheBackoff, routing_cache
-from .models import Chain, ChainEntry, Provider, RoutingRule, rule_matches
+from .models import Chain, ChainEntry, Provider, RoutingRule, group_steps, rule_matches
 from .signals import config_changed
 from .types import Principal
 
@@ -92,6 +92,18 @@ class EntrySpec:
     position: int
     model: str = ""
     enabled: bool = True
+    step: int | None = None  # entries sharing a step number form one step
+    weight: float = 1.0
+    strategy: str = ""
+
+
+def _steps(entries: Iterable[EntrySpec]) -> tuple[tuple[str, tuple[EntrySpec, ...]], ...]:
+    out: list[tuple[str, tuple[EntrySpec, ...]]] = []
+    for group in group_steps(entries):
+        live = tuple(e for e in group if e.enabled)
+        if live:
+            out.append(((group[0].strategy or "weighted") if len(group) > 1 else "", live))
+    return tuple(out)
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,14 +114,25 @@ class ChainSpec:
     is_default: bool = False
     stream_mode: str = "direct"
     mock_backstop: bool = False
+    affinity_from_user: bool = False
     entries: tuple[EntrySpec, ...] = ()  # every entry, in position order
     allowed_user_ids: frozenset[Any] = frozenset()
     allowed_group_ids: frozenset[Any] = frozenset()
+    # steps(), as build() computed it (None: computed on each call)
+    grouped: tuple[tuple[str, tuple[EntrySpec, ...]], ...] | None = None
 
     def provider_names(self) -> list[tuple[str, str]]:
         """(provider name, model override) of the enabled entries, in position order
         (as :meth:`llm_routing.models.Chain.provider_names`)."""
         return [(e.provider, e.model) for e in self.entries if e.enabled]
+
+    def steps(self) -> tuple[tuple[str, tuple[EntrySpec, ...]], ...]:
+        """(strategy, enabled entries) per step, in order (:func:`models.group_steps`);
+        a step of one has the strategy ``""``, a step of several its first entry's
+        strategy (``weighted`` when none is set). Computed once per snapshot."""
+        if self.grouped is None:
+            return _steps(self.entries)
+        return self.grouped
 
     @property
     def open_to_everyone(self) -> bool:
@@ -189,14 +212,16 @@ def build(version: str | None = None, *, using: str | None = None) -> ConfigSnap
     providers = {p.name: p for p in Provider.objects.using(alias).order_by("name")}
     by_pk = {p.pk: p.name for p in providers.values()}
     entries: dict[int, list[EntrySpec]] = {}
-    for chain_id, provider_id, position, model, enabled in (
+    for chain_id, provider_id, position, model, enabled, step, weight, strategy in (
         ChainEntry.objects.using(alias)
         .order_by("chain_id", "position")
-        .values_list("chain_id", "provider_id", "position", "model", "enabled")
+        .values_list(
+            "chain_id", "provider_id", "position", "model", "enabled", "step", "weight", "strategy"
+        )
     ):
         if provider_id in by_pk:
             entries.setdefault(chain_id, []).append(
-                EntrySpec(by_pk[provider_id], position, model, enabled)
+                EntrySpec(by_pk[provider_id], position, model, enabled, step, weight, strategy)
             )
     users: dict[int, set[Any]] = {}
     for chain_id, user_id in Chain.allowed_users.through.objects.using(alias).values_list(
@@ -216,7 +241,9 @@ def build(version: str | None = None, *, using: str | None = None) -> ConfigSnap
             is_default=c.is_default,
             stream_mode=c.stream_mode,
             mock_backstop=c.mock_backstop,
+            affinity_from_user=c.affinity_from_user,
             entries=tuple(entries.get(c.pk, ())),
+            grouped=_steps(entries.get(c.pk, ())),
             allowed_user_ids=frozenset(users.get(c.pk, ())),
             allowed_group_ids=frozenset(groups.get(c.pk, ())),
         )

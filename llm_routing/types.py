@@ -222,6 +222,9 @@ class AuditRequest:
     top_p: float | None = None
     seed: int | None = None
     user: str | None = None  # the end user's opaque id, passed to vendors that take one
+    # Prompt-cache affinity (docs/strategies.md): requests with the same key return to
+    # the candidate of a step that served the key last. Only its hash is stored.
+    affinity: str | None = None
     # The caller's identity for the access rules (docs/operations.md); None: a trusted
     # caller (the Python API, management commands) that may route anywhere.
     principal: Principal | None = None
@@ -506,11 +509,13 @@ class AttemptRecord:
     # Tokens the upstream reported for this attempt (a failed one too); None when none
     # reached the router. A served stream's usage arrives later: the result's usage.
     usage: Usage | None = None
+    step: int | None = None  # the chain step it belonged to (0 first); None: forced
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "provider": self.provider,
             "model": self.model,
+            "step": self.step,
             "outcome": self.outcome,
             "error_category": self.error_category,
             "http_status": self.http_status,
@@ -533,6 +538,9 @@ class RoutingMetadata:
     attempts: tuple[AttemptRecord, ...]
     fallback_used: bool
     fallback_reason: str | None
+    # Per step of several candidates that the walk reached: how its strategy ordered
+    # them (llm_routing.strategies.Pick.to_dict()).
+    picks: tuple[Mapping[str, Any], ...] = ()
 
     @property
     def attempted_providers(self) -> list[str]:
@@ -561,6 +569,7 @@ class RoutingMetadata:
             "attempts": [a.to_dict() for a in self.attempts if a.outcome != "skipped"],
             "fallback_used": self.fallback_used,
             "fallback_reason": self.fallback_reason,
+            "picks": [dict(p) for p in self.picks],
         }
 
 

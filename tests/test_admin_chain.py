@@ -43,6 +43,9 @@ def chain_form(chain: Chain, rows: list[dict[str, Any]], **fields: Any) -> dict[
             data[prefix + "enabled"] = "on"
         if row.get("DELETE"):
             data[prefix + "DELETE"] = "on"
+        for key in ("step", "weight", "strategy"):
+            if key in row:
+                data[prefix + key] = str(row[key])
     return data
 
 
@@ -215,3 +218,41 @@ def test_an_admin_reorder_is_routed_by_the_next_request(admin_client, three):
     )
     assert response.status_code == 302
     assert route(request, persist=False).result.provider == "b"
+
+
+def test_steps_are_edited_and_shown_grouped(admin_client, three):
+    chain, providers, entries = three
+    a, b, c = providers
+    rows = [
+        {"id": entries[0].pk, "position": 0, "provider": a.pk, "step": 0, "weight": "1",
+         "strategy": "weighted"},
+        {"id": entries[1].pk, "position": 1, "provider": b.pk, "step": 0, "weight": "0.25",
+         "strategy": "weighted"},
+        {"position": 2, "provider": c.pk},
+    ]  # fmt: skip
+    response = post(admin_client, chain, rows)
+    assert response.status_code == 302, response.content[:2000]
+    assert list(chain.entries.order_by("position").values_list("step", "weight", "strategy")) == [
+        (0, 1.0, "weighted"),
+        (0, 0.25, "weighted"),
+        (None, 1.0, ""),
+    ]
+    page = admin_client.get(reverse("admin:llm_routing_chain_change", args=[chain.pk]))
+    assert "weighted(a 1, b 0.25) → c" in page.content.decode()
+    listing = admin_client.get(reverse("admin:llm_routing_chain_changelist"))
+    assert "weighted(a 1, b 0.25) → c" in listing.content.decode()
+
+
+def test_a_step_with_two_strategies_is_a_form_error(admin_client, three):
+    chain, providers, entries = three
+    rows = [
+        {"id": entries[0].pk, "position": 0, "provider": providers[0].pk, "step": 3,
+         "strategy": "cost"},
+        {"id": entries[1].pk, "position": 1, "provider": providers[1].pk, "step": 3,
+         "strategy": "latency"},
+    ]  # fmt: skip
+    response = post(admin_client, chain, rows)
+    assert response.status_code == 200
+    assert "Step 3 has entries with different strategies (cost, latency)" in (
+        response.content.decode()
+    )

@@ -24,11 +24,11 @@ RESULT_KEYS = {
 META_KEYS = {
     "request_id", "router_mode", "route", "rule", "chain_name", "requested_provider",
     "selected_provider", "chain", "attempted_providers", "skipped_providers", "attempts",
-    "fallback_used", "fallback_reason", "cost_usd",
+    "fallback_used", "fallback_reason", "cost_usd", "picks",
 }  # fmt: skip
 ATTEMPT_KEYS = {
-    "provider", "model", "outcome", "error_category", "http_status", "transient", "retries",
-    "latency_ms", "cost_usd",
+    "provider", "model", "step", "outcome", "error_category", "http_status", "transient",
+    "retries", "latency_ms", "cost_usd",
 }  # fmt: skip
 
 

@@ -167,3 +167,24 @@ def test_the_202_carries_the_decisions_request_id(alice: Any) -> None:
     assert response["X-Request-ID"] == str(decision.request_id) == job_id
     polled = _client(alice).get(response["Location"])
     assert polled["X-Request-ID"] == job_id
+
+
+def test_async_keeps_the_affinity_key_of_the_header(
+    alice: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from llm_routing import jobs
+
+    seen: list[Any] = []
+    real = jobs._request_from_payload
+
+    def spy(payload: Any) -> Any:
+        seen.append(real(payload).affinity)
+        return real(payload)
+
+    monkeypatch.setattr(jobs, "_request_from_payload", spy)
+    client = _client(alice)
+    response = client.post("/audit/", BODY, format="json", HTTP_X_LLM_AFFINITY="conv-1")
+    assert response.status_code == 202, response.content
+    response = client.post("/audit/", {**BODY, "affinity": "conv-2"}, format="json")
+    assert response.status_code == 202, response.content
+    assert seen == ["conv-1", "conv-2"]

@@ -231,3 +231,16 @@ def test_w001_not_for_keyless_openai_compatible_row(monkeypatch: pytest.MonkeyPa
     )
     w001 = [m for m in rows() if m.id == "llm_routing.W001"]
     assert len(w001) == 1 and "hosted" in w001[0].msg
+
+
+@pytest.mark.django_db
+def test_w005_a_step_whose_weights_sum_to_zero() -> None:
+    a, b, c = (Provider.objects.create(name=n, kind="mock") for n in ("a", "b", "c"))
+    chain = Chain.objects.create(name="spread")
+    ChainEntry.objects.create(chain=chain, provider=a, position=0, step=0, weight=0)
+    ChainEntry.objects.create(chain=chain, provider=b, position=1, step=0, weight=0)
+    ChainEntry.objects.create(chain=chain, provider=c, position=2, weight=0)  # a step of one
+    (w005,) = [m for m in rows() if m.id == "llm_routing.W005"]
+    assert "'spread': step 0 (weighted)" in w005.msg and w005.level == checks.WARNING
+    ChainEntry.objects.filter(provider=b).update(weight=0.01)
+    assert "llm_routing.W005" not in ids(rows())

@@ -26,7 +26,7 @@ from django.http import HttpRequest, HttpResponse
 from django.http.response import HttpResponseBase
 from django.utils.module_loading import import_string
 from rest_framework.authentication import BaseAuthentication
-from rest_framework.exceptions import NotFound, PermissionDenied
+from rest_framework.exceptions import NotFound, PermissionDenied, ValidationError
 from rest_framework.permissions import AllowAny, BasePermission, IsAuthenticated
 from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
@@ -34,7 +34,7 @@ from rest_framework.response import Response
 from rest_framework.throttling import BaseThrottle
 from rest_framework.views import APIView
 
-from .. import seams, snapshot
+from .. import budgets, seams, snapshot
 from ..access import principal_for, refusal, viewer_for
 from ..conf import routing_settings
 from ..types import AuditRequest, Principal
@@ -64,6 +64,24 @@ def in_thread(func: Callable[P, R]) -> Callable[P, Awaitable[R]]:
             close_old_connections()
 
     return sync_to_async(run, thread_sensitive=False)
+
+
+#: The header that carries a prompt-cache affinity key (docs/strategies.md).
+AFFINITY_HEADER = "HTTP_X_LLM_AFFINITY"
+AFFINITY_MAX_CHARS = 256
+
+
+def affinity_header(request: Request) -> str | None:
+    """The ``X-LLM-Affinity`` header's key (None: absent or blank); a 400 when it is
+    longer than :data:`AFFINITY_MAX_CHARS` or holds a control character."""
+    value = request.META.get(AFFINITY_HEADER)
+    if not value or not value.strip():
+        return None
+    if len(value) > AFFINITY_MAX_CHARS or any(ord(c) < 32 or ord(c) == 127 for c in value):
+        raise ValidationError(
+            {"X-LLM-Affinity": [f"At most {AFFINITY_MAX_CHARS} printable characters."]}
+        )
+    return str(value)
 
 
 def _on_event_loop() -> bool:
@@ -192,7 +210,11 @@ class RoutingAPIView(APIView):
         permission the caller lacks, the 404 of a name that does not exist for a chain
         or provider they may not see (:func:`llm_routing.access.refusal`;
         docs/operations.md)."""
-        audit_request = replace(audit_request, principal=principal_for(request.user))
+        audit_request = replace(
+            audit_request,
+            principal=principal_for(request.user),
+            affinity=audit_request.affinity or affinity_header(request),
+        )
         refused = refusal(audit_request, viewer_for(request.user))
         if refused is not None and refused.status == 404:  # a name they may not see
             raise NotFound(refused.message, code=refused.code)
@@ -257,7 +279,15 @@ class RoutingAPIView(APIView):
                 admitted = await in_thread(self._initial_and_admit)(drf_request)
             response = await self.aanswer(drf_request, admitted)
         except Exception as exc:
+            # A request that failed before the router's exit settled it (the
+            # configuration read raised) gives its place in flight back here: the end of
+            # the HTTP request (``request_finished``) runs in another context under ASGI
+            # and does not see the request's grant. A no-op once the exit settled it.
+            budgets.forget()
             response = self.handle_exception(exc)
+        except BaseException:  # cancelled (the client left) before the exit: the same
+            budgets.forget()
+            raise
         self.response = self.finalize_response(drf_request, response, *args, **kwargs)  # type: ignore[arg-type]
         return await _plain(self.response)
 

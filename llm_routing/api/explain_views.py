@@ -13,7 +13,7 @@ from rest_framework.exceptions import NotFound
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from ..access import Viewer, may_see, viewer_for
+from ..access import Viewer, may_see, viewer_for, visible_picks
 from ..explanation import CandidateExplanation, Explanation
 from ..router import explain
 from ..snapshot import ConfigSnapshot, current
@@ -41,6 +41,10 @@ class ExplainQuerySerializer(serializers.Serializer):
     force_provider = StrictRegexField(SLUG_RE, max_length=64, required=False, allow_blank=True)
     chain = StrictRegexField(SLUG_RE, max_length=64, required=False, allow_blank=True)
     stream = serializers.BooleanField(required=False, default=False)
+    request_id = serializers.UUIDField(
+        required=False,
+        help_text="A routed request's id: a step's seeded draw is replayed for it.",
+    )
     schema = serializers.CharField(
         required=False,
         allow_blank=True,
@@ -84,6 +88,9 @@ _PARAMS = [
     OpenApiParameter("chain", OpenApiTypes.STR, description="A chain chosen by name."),
     OpenApiParameter("stream", OpenApiTypes.BOOL, description="The request streams."),
     OpenApiParameter("schema", OpenApiTypes.STR, description="JSON Schema object, as JSON."),
+    OpenApiParameter(
+        "request_id", OpenApiTypes.UUID, description="Replay the step picks of this request."
+    ),
 ]
 
 
@@ -130,6 +137,14 @@ def visible_explanation(
     first = next((c for c in shown if c.verdict == "try"), None)
     data["would_serve_first"] = first.provider if first else None
     data["candidates"] = [c.to_dict() for c in shown]
+    hidden = {c.provider for c in explanation.candidates if c.reason == "not_allowed"}
+    data["picks"] = [
+        dict(p)
+        for p in visible_picks(
+            explanation.picks,
+            lambda n: n not in hidden and may_see(viewer, "provider", n, config=config),
+        )
+    ]
     return data
 
 
@@ -149,4 +164,6 @@ class ExplainView(RoutingAPIView):
         chain = audit_request.chain
         if chain and (config.chain(chain) is None or not may_see(viewer, "chain", chain)):
             raise hidden_chain(chain)
-        return Response(visible_explanation(explain(audit_request), viewer, config))
+        seed = query.validated_data.get("request_id")
+        explanation = explain(audit_request, request_id=str(seed) if seed else None)
+        return Response(visible_explanation(explanation, viewer, config))

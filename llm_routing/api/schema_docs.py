@@ -40,6 +40,7 @@ def _attempt(provider: str, model: str, outcome: str = "ok", **fields: Any) -> d
     return {
         "provider": provider,
         "model": model,
+        "step": fields.get("step", 0),
         "outcome": outcome,
         "error_category": fields.get("error_category"),
         "http_status": fields.get("http_status"),
@@ -66,6 +67,7 @@ def _envelope(result: dict[str, Any], **meta: Any) -> dict[str, Any]:
         "fallback_used": False,
         "fallback_reason": None,
         "cost_usd": 0.00096,
+        "picks": [],
         **meta,
     }
     full_result = {
@@ -887,6 +889,7 @@ def _candidate(position: int, provider: str, model: str, **fields: Any) -> dict[
         "first_token_timeout_s": 10.0,
         "max_retries": fields.get("max_retries", 2),
         "backstop": fields.get("backstop", False),
+        "step": position,
     }
 
 
@@ -903,8 +906,10 @@ Nothing is sent: no provider is called, nothing is recorded, no circuit changes 
 half-open circuit's probe slot stays free for the next real request). Use it to check a
 new chain or rule before traffic reaches it, or to see why requests fall back. The
 query takes `task` (required), `route`, `provider`, `force_provider`, `chain`,
-`stream=true` and `schema` (a JSON Schema as JSON text). It cannot foresee a provider
-failing at call time. Same authentication, permissions and throttles as `/audit/`.
+`stream=true`, `schema` (a JSON Schema as JSON text) and `request_id` (a step of several
+candidates is ordered by its strategy as for that request: a routed request's id replays
+its picks, listed in `picks`). It cannot foresee a provider failing at call time. Same
+authentication, permissions and throttles as `/audit/`.
 
 It shows a caller only what they may use (docs/operations.md, "Who sees what"): a
 `chain` that does not exist or that they may not use is the same 404; a provider they
@@ -952,6 +957,7 @@ and a chain or rule they may not use is not named. Staff see everything.
                     _candidate(1, "anthropic", "claude-3-5-haiku-latest"),
                     _candidate(2, "mock", "mock-1", circuit="n/a", max_retries=0, backstop=True),
                 ],
+                "picks": [],
             },
             "`openai-main` would be skipped until `open_until`; `anthropic` would serve",
         ),

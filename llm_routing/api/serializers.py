@@ -128,6 +128,13 @@ class AuditRequestSerializer(serializers.Serializer):
     response_schema = serializers.JSONField(required=False, allow_null=True)
     metadata = StrictStringMapField(required=False, default=dict)
     stream = StrictBooleanField(required=False, default=False)
+    affinity = StrictCharField(
+        required=False,
+        allow_null=True,
+        max_length=256,
+        help_text="Prompt-cache affinity key (a conversation id): requests with the same "
+        "key go back to the candidate that served it last. Only its hash is kept.",
+    )
 
     def get_fields(self) -> dict[str, serializers.Field]:
         fields = super().get_fields()
@@ -210,6 +217,7 @@ class AuditRequestSerializer(serializers.Serializer):
             response_schema=d.get("response_schema"),
             metadata=d.get("metadata") or {},
             stream=bool(d.get("stream")),
+            affinity=d.get("affinity") or None,
         )
 
 
@@ -297,6 +305,9 @@ class SkipSerializer(serializers.Serializer):
 class AttemptSerializer(serializers.Serializer):
     provider = serializers.CharField()
     model = serializers.CharField()
+    step = serializers.IntegerField(
+        allow_null=True, help_text="The chain step of the candidate (0 first); null: forced."
+    )
     outcome = serializers.ChoiceField(choices=["ok", "error", "skipped"])
     error_category = serializers.CharField(allow_null=True)
     http_status = serializers.IntegerField(allow_null=True)
@@ -306,6 +317,25 @@ class AttemptSerializer(serializers.Serializer):
     cost_usd = serializers.FloatField(
         allow_null=True, help_text="USD for this attempt's tokens; null when unknown."
     )
+
+
+class PickSerializer(serializers.Serializer):
+    step = serializers.IntegerField()
+    strategy = serializers.ChoiceField(choices=["weighted", "least_in_flight", "latency", "cost"])
+    picked = serializers.CharField(allow_null=True)
+    reason = serializers.CharField()
+    order = serializers.ListField(child=serializers.CharField())
+    weights = serializers.DictField(child=serializers.FloatField())
+    counts = serializers.DictField(
+        child=serializers.IntegerField(), required=False, help_text="least_in_flight"
+    )
+    scores = serializers.DictField(
+        child=serializers.FloatField(allow_null=True),
+        required=False,
+        help_text="latency (ms, peak-EWMA) or cost (estimated USD); null: no data.",
+    )
+    draw = serializers.FloatField(required=False, help_text="weighted: the seeded draw.")
+    explored = serializers.BooleanField(required=False, help_text="latency: an exploration.")
 
 
 class RoutingMetadataSerializer(serializers.Serializer):
@@ -328,6 +358,9 @@ class RoutingMetadataSerializer(serializers.Serializer):
         allow_null=True,
         help_text="USD for every attempt (failed ones that consumed tokens included); "
         "null when any price is unknown.",
+    )
+    picks = PickSerializer(
+        many=True, help_text="Per step of several candidates: how its strategy picked."
     )
 
 

@@ -47,11 +47,12 @@ class AuditView(SSENegotiationMixin, RoutingAPIView):
             serializer.is_valid(raise_exception=True)
             audit_request = serializer.to_request()
             data = serializer.validated_data
-            job = _Job(data) if data.get("async") else None
         # A chain or provider the caller may not see is the 404 of one that does not
         # exist, as explain and /v1 answer (authorize: access.refusal, access.may_see).
         audit_request = self.authorize(request, audit_request)
-        return job or audit_request
+        if data.get("async"):  # the job keeps the affinity key, the header's included
+            return _Job({**data, "affinity": audit_request.affinity})
+        return audit_request
 
     def answer(self, request: Request, admitted: AuditRequest | _Job) -> HttpResponseBase:
         if isinstance(admitted, _Job):

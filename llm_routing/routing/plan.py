@@ -1,8 +1,9 @@
 """Step 1 of the routing algorithm and what a session reads before its walk: the
 :class:`Plan` (:func:`resolve`: forced, a named chain, the first matching rule whose
 chain the caller may use, the default chain, the settings' routes; an explicit
-provider first; the mock backstop last), the candidates the caller may not use
-(:func:`_denied`), each candidate's adapter (:func:`_adapter_for`,
+provider first; the mock backstop last; the chain's steps, :class:`PlanStep`), the
+request's prompt-cache affinity key (:func:`affinity_key`), the candidates the caller
+may not use (:func:`_denied`), each candidate's adapter (:func:`_adapter_for`,
 :func:`_mock_config`), the output ceiling a candidate may send
 (:func:`with_output_ceiling`) and the ``Setup`` effect.
 
@@ -25,7 +26,8 @@ from ..models import Provider
 from ..providers.base import BaseProvider
 from ..providers.mock import MockProvider
 from ..providers.registry import get_adapter, is_known_kind
-from ..snapshot import ConfigSnapshot, RuleSpec, acurrent, current
+from ..snapshot import ChainSpec, ConfigSnapshot, RuleSpec, acurrent, current
+from ..strategies import Candidate
 from ..types import (
     MOCK_PROVIDER_NAME,
     AuditRequest,
@@ -38,8 +40,17 @@ logger = logging.getLogger("llm_routing.router")
 
 
 @dataclass(frozen=True)
+class PlanStep:
+    """One step of a plan: a strategy (``""`` for a step of one) and its members."""
+
+    strategy: str
+    members: tuple[Candidate, ...]
+
+
+@dataclass(frozen=True)
 class Plan:
-    """Step 1's answer: which candidates, in which order, and why."""
+    """Step 1's answer: which candidates, in which order, and why. ``steps`` groups
+    ``candidates`` (in the same order) into the chain's steps; empty: a step each."""
 
     router_mode: RouterMode
     candidates: tuple[tuple[str, str], ...]  # (provider name, model override)
@@ -49,29 +60,79 @@ class Plan:
     configured: bool = True  # False when nothing but the mock backstop was found
     stream_mode: str = "direct"  # the chain's mid-stream failure policy
     backstop: bool = True  # whether the mock backstop ends the candidates
+    steps: tuple[PlanStep, ...] = ()
+    affinity_from_user: bool = False  # the chain takes the OpenAI user as affinity key
 
     @property
     def names(self) -> tuple[str, ...]:
         return tuple(name for name, _ in self.candidates)
 
+    def step_of(self, name: str) -> int | None:
+        """The index of the step ``name`` is in (None: not a candidate)."""
+        for index, step in enumerate(self.step_list()):
+            if any(c.name == name for c in step.members):
+                return index
+        return None
 
-def _dedup_mock_last(
-    entries: list[tuple[str, str]], *, add_mock: bool
-) -> tuple[tuple[str, str], ...]:
+    def step_list(self) -> tuple[PlanStep, ...]:
+        """The steps, a step of one per candidate when the plan has none."""
+        if self.steps:
+            return self.steps
+        return tuple(PlanStep("", (Candidate(n, m),)) for n, m in self.candidates)
+
+
+def _steps_of(groups: list[tuple[str, list[Candidate]]], *, add_mock: bool) -> tuple[PlanStep, ...]:
+    """The steps, each provider once (its first place), empty steps dropped, the mock
+    backstop last as a step of its own."""
     seen: set[str] = set()
-    out: list[tuple[str, str]] = []
-    mock_entry: tuple[str, str] = (MOCK_PROVIDER_NAME, "")
-    for name, model in entries:
-        if name in seen:
-            continue
-        seen.add(name)
-        if name == MOCK_PROVIDER_NAME:
-            mock_entry = (name, model)
-            continue
-        out.append((name, model))
+    out: list[PlanStep] = []
+    mock = Candidate(MOCK_PROVIDER_NAME)
+    for strategy, members in groups:
+        kept: list[Candidate] = []
+        for member in members:
+            if member.name in seen:
+                continue
+            seen.add(member.name)
+            if member.name == MOCK_PROVIDER_NAME:
+                mock = Candidate(member.name, member.model)
+                continue
+            kept.append(member)
+        if kept:
+            out.append(PlanStep(strategy if len(kept) > 1 else "", tuple(kept)))
     if add_mock or MOCK_PROVIDER_NAME in seen:
-        out.append(mock_entry)
+        out.append(PlanStep("", (mock,)))
     return tuple(out)
+
+
+def _chain_groups(chain: ChainSpec) -> list[tuple[str, list[Candidate]]]:
+    return [
+        (strategy, [Candidate(e.provider, e.model, e.weight) for e in entries])
+        for strategy, entries in chain.steps()
+    ]
+
+
+_Steps = tuple[tuple[PlanStep, ...], tuple[tuple[str, str], ...]]
+#: A chain's steps and flat candidates per (chain spec, backstop): a snapshot's chain
+#: specs never change, so each is worked out once (checked by identity; bounded).
+_chain_plans: dict[tuple[int, bool], tuple[ChainSpec, _Steps]] = {}
+_CHAIN_PLANS_MAX = 512
+
+
+def _with_candidates(steps: tuple[PlanStep, ...]) -> _Steps:
+    return steps, tuple((c.name, c.model) for step in steps for c in step.members)
+
+
+def _chain_plan(chain: ChainSpec, backstop: bool) -> _Steps:
+    """:func:`_steps_of` a chain with no explicit provider in front, memoized."""
+    key = (id(chain), backstop)
+    cached = _chain_plans.get(key)
+    if cached is not None and cached[0] is chain:
+        return cached[1]
+    planned = _with_candidates(_steps_of(_chain_groups(chain), add_mock=backstop))
+    if len(_chain_plans) >= _CHAIN_PLANS_MAX:
+        _chain_plans.clear()
+    _chain_plans[key] = (chain, planned)
+    return planned
 
 
 def _first_matching_rule(request: AuditRequest, config: ConfigSnapshot) -> RuleSpec | None:
@@ -91,6 +152,7 @@ def resolve(request: AuditRequest, config: ConfigSnapshot | None = None) -> Plan
             requested_provider=request.force_provider,
         )
     fallbacks: list[tuple[str, str]] = []
+    spec: ChainSpec | None = None  # the chain whose steps these are (and its settings)
     stream_mode = "direct"
     chain_backstop = False  # the chain's own opt-in (Chain.mock_backstop)
     chain_name: str | None = None
@@ -100,11 +162,11 @@ def resolve(request: AuditRequest, config: ConfigSnapshot | None = None) -> Plan
     rule = None if named is not None else _first_matching_rule(request, config)
     routes = routing_settings.ROUTES or {}
     if named is not None:
-        fallbacks = named.provider_names()
+        fallbacks, spec = named.provider_names(), named
         chain_name, mode, stream_mode = named.name, "chain", named.stream_mode
         chain_backstop = named.mock_backstop
     elif rule is not None:
-        fallbacks = rule.chain.provider_names()
+        fallbacks, spec = rule.chain.provider_names(), rule.chain
         chain_name, rule_name, mode = rule.chain.name, rule.name, "rule"
         stream_mode = rule.chain.stream_mode
         chain_backstop = rule.chain.mock_backstop
@@ -112,7 +174,7 @@ def resolve(request: AuditRequest, config: ConfigSnapshot | None = None) -> Plan
         fallbacks = [(str(n), "") for n in routes[request.route]]
         chain_name = f"route:{request.route}"
     elif (default := config.default_chain) is not None:
-        fallbacks = default.provider_names()
+        fallbacks, spec = default.provider_names(), default
         chain_name = default.name
         stream_mode = default.stream_mode
         chain_backstop = default.mock_backstop
@@ -120,24 +182,48 @@ def resolve(request: AuditRequest, config: ConfigSnapshot | None = None) -> Plan
         fallbacks = [(str(n), "") for n in routing_settings.DEFAULT_CHAIN]
         chain_name = "settings"
     entries = list(fallbacks)
-    if request.provider == MOCK_PROVIDER_NAME:
-        # The mock never fails, so an explicit mock primary is the whole walk.
-        entries = [(MOCK_PROVIDER_NAME, "")]
-        mode = "explicit"
-    elif request.provider:
-        entries.insert(0, (request.provider, ""))
-        mode = "explicit"
     backstop = request.backstop or chain_backstop
+    if spec is not None and not request.provider:
+        steps, candidates = _chain_plan(spec, backstop)
+    else:
+        groups = (
+            _chain_groups(spec)
+            if spec is not None
+            else [("", [Candidate(n, m)]) for n, m in entries]
+        )
+        if request.provider == MOCK_PROVIDER_NAME:
+            # The mock never fails, so an explicit mock primary is the whole walk.
+            entries = [(MOCK_PROVIDER_NAME, "")]
+            groups = [("", [Candidate(MOCK_PROVIDER_NAME)])]
+        elif request.provider:
+            entries.insert(0, (request.provider, ""))
+            groups.insert(0, ("", [Candidate(request.provider)]))
+        steps, candidates = _with_candidates(_steps_of(groups, add_mock=backstop))
+    if request.provider:
+        mode = "explicit"
     return Plan(
         router_mode=mode,
-        candidates=_dedup_mock_last(entries, add_mock=backstop),
+        candidates=candidates,
         chain_name=chain_name,
         rule=rule_name,
         requested_provider=request.provider,
         configured=bool(entries),
         stream_mode=stream_mode,
         backstop=backstop,
+        steps=steps,
+        affinity_from_user=spec is not None and spec.affinity_from_user,
     )
+
+
+def affinity_key(request: AuditRequest, plan: Plan) -> str | None:
+    """The request's prompt-cache affinity key: its own (``affinity``, the
+    ``X-LLM-Affinity`` header), else the OpenAI ``user`` field when the chain says
+    ``affinity_from_user``; None: no affinity."""
+    if request.affinity:
+        return request.affinity
+    if plan.affinity_from_user and request.user:
+        return request.user
+    return None
 
 
 def _mock_config(row: Provider | None) -> ProviderConfig:

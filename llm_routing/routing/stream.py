@@ -360,7 +360,9 @@ def _continue(
             continue
         assert adapter is not None  # may_try says unknown_provider without one
         result = yield from opener(request, False)(adapter)
-        session.walk.add(**_attempt_record(result, served=result.ok))
+        session.walk.add(
+            **_attempt_record(result, served=result.ok), step=session.plan.step_of(name)
+        )
         if not result.ok or name not in live:
             break
         yield from _pump(live.pop(name), delivered, outcome, session.walk.attempts[-1], guard)

@@ -18,8 +18,9 @@ from typing import Any, TypeVar
 from asgiref.sync import sync_to_async
 from django.db import close_old_connections
 
-from .. import effects, recorder
+from .. import balance, effects, recorder, strategies
 from ..availability import may_try, missing_capability, target_dimension
+from ..balance import CountInFlight, Lease, Recall, Remember, Unlease
 from ..conf import routing_settings
 from ..effects import (
     AsyncSleeper,
@@ -46,6 +47,7 @@ from ..signals import (
     request_routed,
     send,
 )
+from ..strategies import Candidate, Pick
 from ..types import (
     MOCK_PROVIDER_NAME,
     AttemptRecord,
@@ -55,7 +57,7 @@ from ..types import (
     RoutingMetadata,
     RoutingResult,
 )
-from .plan import Setup, _adapter_for, _Setup, with_output_ceiling
+from .plan import PlanStep, Setup, _adapter_for, _Setup, affinity_key, with_output_ceiling
 
 #: The logger operators configure for the router (docs/providers.md).
 logger = logging.getLogger("llm_routing.router")
@@ -124,6 +126,41 @@ def _skip_result(
 
 
 AttemptFn = Callable[[BaseProvider], Steps[ProviderResult]]
+
+
+def order_step(
+    index: int,
+    step: PlanStep,
+    *,
+    request: AuditRequest,
+    rows: dict[str, Provider],
+    denied: frozenset[str],
+    seed: str,
+    affinity: str | None = None,
+) -> Steps[tuple[tuple[Candidate, ...], Pick | None]]:
+    """A step's members in the order the walk tries them, and why (the walk and
+    explain): a step of one as it is; a step of several in its strategy's order
+    (:func:`strategies.order`, with what :mod:`llm_routing.balance` gathered), the
+    candidates the caller may not use last and out of the draw. With an ``affinity``
+    cache key (:func:`balance.affinity_cache_key`), the candidate that served it last
+    goes first (the pick's reason: ``affinity``) unless it is drained or denied."""
+    members = step.members
+    usable = [c for c in members if c.name not in denied]
+    if len(members) < 2 or not step.strategy or not usable:
+        return members, None
+    counts: dict[str, int] | None = None
+    if step.strategy == "least_in_flight":
+        counts = yield from CountInFlight(tuple(c.name for c in usable))
+    inputs = balance.gather(step.strategy, usable, request, rows, counts)
+    ordered, pick = strategies.order(step.strategy, usable, step=index, seed=seed, inputs=inputs)
+    if affinity is not None:
+        last = yield from Recall(affinity)
+        kept = next((c for c in ordered if c.name == last and not c.drained), None)
+        if kept is not None:
+            ordered = (kept, *(c for c in ordered if c is not kept))
+            order = tuple(c.name for c in ordered)
+            pick = replace(pick, picked=kept.name, reason="affinity", order=order)
+    return (*ordered, *(c for c in members if c.name in denied)), pick
 
 
 def _off_loop(fn: Callable[..., T]) -> Callable[..., Awaitable[T]]:
@@ -222,6 +259,13 @@ class _Session:
             self.request = replace(request, expected_dimensions=_target(request, setup))
         # Set by the one exit (:meth:`finish`), which runs once.
         self.routed: RoutingResult | None = None
+        # Steps: how each strategy ordered its step, the places in flight held (given
+        # back by finish()), the largest context window that failed for length.
+        self.picks: list[Pick] = []
+        self.leases: list[tuple[str, str]] = []
+        self.context_floor: int | None = None
+        # Prompt-cache affinity: the request's key (docs/strategies.md).
+        self.affinity = affinity_key(request, setup.plan)
 
     @property
     def request_id(self) -> str:
@@ -236,6 +280,8 @@ class _Session:
         *,
         forced: bool = False,
         needs: frozenset[str] = frozenset(),
+        drained: bool = False,
+        context_floor: int | None = None,
     ) -> Steps[str | None]:
         """:func:`~llm_routing.availability.may_try` for this request (its caller's
         access rules), claiming the circuit (a half-open probe slot)."""
@@ -249,6 +295,8 @@ class _Session:
                 budget=budget,
                 forced=forced,
                 needs=needs,
+                drained=drained,
+                context_floor=context_floor,
             )
         )
 
@@ -333,37 +381,95 @@ class _Session:
         self.walk.add(**_attempt_record(result, served=result.ok))
         return result, None
 
+    def _affinity(self, index: int) -> str | None:
+        """This request's affinity cache key in step ``index`` (None: no key)."""
+        if self.affinity is None:
+            return None
+        return balance.affinity_cache_key(self.plan.chain_name or "", index, self.affinity)
+
+    def _order(self, index: int, step: PlanStep) -> Steps[tuple[Candidate, ...]]:
+        ordered, pick = yield from order_step(
+            index, step, request=self.request, rows=self.rows, denied=self.denied,
+            seed=self.request_id, affinity=self._affinity(index),
+        )  # fmt: skip
+        if pick is not None:
+            self.picks.append(pick)
+        return ordered
+
     def _walk_chain(self, attempt: AttemptFn) -> Steps[tuple[ProviderResult, str | None]]:
         plan, walk = self.plan, self.walk
         first_reason: str | None = None
         any_attempted = False
-        for position, (name, model) in enumerate(plan.candidates):
-            row = self.rows.get(name)
-            adapter = _adapter_for(name, model, row)
-            reason = yield from self.skip(name, row, adapter, self.budget)
-            if reason is not None or adapter is None:
-                reason = reason or "unknown_provider"
-                shown_model = model or (row.model if row else "")
-                walk.add(provider=name, model=shown_model, outcome="skipped", reason=reason)
-                first_reason = first_reason or reason
-                send(on_provider_fallback, request_id=walk.request_id, provider=name, reason=reason)
-                continue
-            is_backstop = name == MOCK_PROVIDER_NAME and position == len(plan.candidates) - 1
-            result = yield from attempt(adapter)
-            if result.ok:
-                walk.add(**_attempt_record(result, served=True))
-                if position == 0 and plan.configured:
-                    return result, None
-                if is_backstop and any_attempted:
-                    return result, "chain_exhausted"
-                return result, first_reason or ("no_chain" if not plan.configured else None)
-            any_attempted = True
-            walk.add(**_attempt_record(result, served=False))
-            category = result.error.category if result.error else "response"
-            first_reason = first_reason or category
-            if not (result.error is None or result.error.advances):
-                return result, first_reason if position > 0 else None
-            send(on_provider_fallback, request_id=walk.request_id, provider=name, reason=category)
+        steps = plan.step_list()
+        for index, step in enumerate(steps):
+            strategy = step.strategy if len(step.members) > 1 else ""
+            last_step = index == len(steps) - 1
+            members = step.members
+            ordered = (yield from self._order(index, step)) if strategy else members
+            for candidate in ordered:
+                name, model = candidate.name, candidate.model
+                row = self.rows.get(name)
+                adapter = _adapter_for(name, model, row)
+                reason = yield from self.skip(
+                    name,
+                    row,
+                    adapter,
+                    self.budget,
+                    drained=bool(strategy) and candidate.drained,
+                    context_floor=self.context_floor,
+                )
+                if reason is not None or adapter is None:
+                    reason = reason or "unknown_provider"
+                    shown_model = model or (row.model if row else "")
+                    walk.add(
+                        provider=name, model=shown_model, outcome="skipped", reason=reason,
+                        step=index,
+                    )  # fmt: skip
+                    first_reason = first_reason or reason
+                    send(
+                        on_provider_fallback, request_id=walk.request_id, provider=name,
+                        reason=reason,
+                    )  # fmt: skip
+                    continue
+                first = not walk.attempts
+                is_backstop = name == MOCK_PROVIDER_NAME and last_step
+                lease: tuple[str, str] | None = None
+                if strategy == "least_in_flight":  # held until the call (a stream) ends
+                    lease = (name, (yield from Lease(name)))
+                    self.leases.append(lease)
+                result = yield from attempt(adapter)
+                if strategy == "latency":
+                    balance.observe_latency(name, result.latency_ms, ok=result.ok)
+                if result.ok:
+                    if lease is not None and not self.request.stream:  # the call is over
+                        self.leases.remove(lease)
+                        yield from Unlease(*lease)
+                    walk.add(**_attempt_record(result, served=True), step=index)
+                    if strategy and (key := self._affinity(index)) is not None:
+                        ttl = float(row.affinity_ttl_s) if row is not None else 300.0
+                        yield from Remember(key, name, ttl)  # the key moves with the answer
+                    if first and plan.configured:
+                        return result, None
+                    if is_backstop and any_attempted:
+                        return result, "chain_exhausted"
+                    return result, first_reason or ("no_chain" if not plan.configured else None)
+                if lease is not None:
+                    self.leases.remove(lease)
+                    yield from Unlease(*lease)
+                any_attempted = True
+                walk.add(**_attempt_record(result, served=False), step=index)
+                category = result.error.category if result.error else "response"
+                first_reason = first_reason or category
+                if category == "context_length" and row is not None:
+                    window = row.context_window
+                    if window is not None and (self.context_floor or 0) < window:
+                        self.context_floor = window
+                if not (result.error is None or result.error.advances):
+                    return result, first_reason if not first else None
+                send(
+                    on_provider_fallback, request_id=walk.request_id, provider=name,
+                    reason=category,
+                )  # fmt: skip
         # Every candidate was skipped or failed: reachable when the plan has no mock
         # backstop (``backstop=False``, e.g. /v1) or the backstop itself failed.
         last = walk.attempts[-1] if walk.attempts else None
@@ -438,6 +544,7 @@ class _Session:
             attempts=tuple(self.walk.attempts),
             fallback_used=fallback_reason is not None,
             fallback_reason=fallback_reason,
+            picks=tuple(p.to_dict() for p in self.picks) if self.picks else (),
         )
         routed = self.routed = RoutingResult(
             request_id=self.request_id,
@@ -446,6 +553,8 @@ class _Session:
             total_latency_ms=(time.perf_counter() - self.started) * 1000,
         )
         announce = Announce(self.request, routed)
+        while self.leases:  # the places in flight this request held (quiet effects)
+            yield from Unlease(*self.leases.pop())
         try:
             if persist:
                 try:
