@@ -288,7 +288,7 @@ def _one_sync_driver_request(
 
 
 SYNC_DRIVER_CASES = {
-    "at": st.integers(min_value=0, max_value=16),
+    "at": st.integers(min_value=0, max_value=20),
     "stream": st.booleans(),
     "client": st.sampled_from(["all", "close", "drop"]),
     "cancel": st.booleans(),
@@ -545,7 +545,7 @@ def _one_async_stream_request(
 
 
 ASYNC_CASES = {
-    "at": st.integers(min_value=0, max_value=16),
+    "at": st.integers(min_value=0, max_value=20),
     "cancel": st.booleans(),
     "stream": st.booleans(),
     "client": st.sampled_from(["all", "aclose", "cancel", "drop", "leave"]),
@@ -665,7 +665,7 @@ def http_token(django_user_model: Any) -> str:
 
 
 HTTP_CASES = {
-    "at": st.integers(min_value=0, max_value=16),
+    "at": st.integers(min_value=0, max_value=20),
     "cancel": st.booleans(),
     "stream": st.booleans(),
     "client": st.sampled_from(["all", "leave"]),

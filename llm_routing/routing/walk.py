@@ -150,11 +150,11 @@ def order_step(
         return members, None
     counts: dict[str, int] | None = None
     if step.strategy == "least_in_flight":
-        counts = yield CountInFlight(tuple(c.name for c in usable))
+        counts = yield from CountInFlight(tuple(c.name for c in usable))
     inputs = balance.gather(step.strategy, usable, request, rows, counts)
     ordered, pick = strategies.order(step.strategy, usable, step=index, seed=seed, inputs=inputs)
     if affinity is not None:
-        last = yield Recall(affinity)
+        last = yield from Recall(affinity)
         kept = next((c for c in ordered if c.name == last and not c.drained), None)
         if kept is not None:
             ordered = (kept, *(c for c in ordered if c is not kept))
@@ -180,7 +180,7 @@ def _off_loop(fn: Callable[..., T]) -> Callable[..., Awaitable[T]]:
 
 
 @dataclass(frozen=True, slots=True)
-class Record(Effect):
+class Record(Effect[None]):
     """Record the decision and its attempts → None (never raises; spools on a DB error)."""
 
     request: AuditRequest
@@ -200,7 +200,7 @@ class Record(Effect):
 
 
 @dataclass(frozen=True, slots=True)
-class Announce(Effect):
+class Announce(Effect[None]):
     """Send ``request_routed`` → None: the budgets' settlement with the usage the
     upstream reported and the release of the place in flight, metrics, traces. On the
     event loop it awaits what its receivers deferred (the settlement task), so a loop
@@ -332,13 +332,13 @@ class _Session:
             gone = error_result(
                 adapter, _gone_error(), latency_ms=0.0, retries=0, upstream_requests=1
             )
-            yield Observe(config, gone)
+            yield from Observe(config, gone)
             self.walk.add(**_attempt_record(gone, served=False))
             raise
         result = checked_answer(sanitized(result, request), request, config)
         if not (defer_success and result.ok):
             try:
-                yield Observe(config, result)
+                yield from Observe(config, result)
             except ClientGone:  # cancelled here: the answer (and its usage) still counts
                 self.walk.add(**_attempt_record(result, served=False))
                 raise
@@ -435,7 +435,7 @@ class _Session:
                 is_backstop = name == MOCK_PROVIDER_NAME and last_step
                 lease: tuple[str, str] | None = None
                 if strategy == "least_in_flight":  # held until the call (a stream) ends
-                    lease = (name, (yield Lease(name)))
+                    lease = (name, (yield from Lease(name)))
                     self.leases.append(lease)
                 result = yield from attempt(adapter)
                 if strategy == "latency":
@@ -443,11 +443,11 @@ class _Session:
                 if result.ok:
                     if lease is not None and not self.request.stream:  # the call is over
                         self.leases.remove(lease)
-                        yield Unlease(*lease)
+                        yield from Unlease(*lease)
                     walk.add(**_attempt_record(result, served=True), step=index)
                     if strategy and (key := self._affinity(index)) is not None:
                         ttl = float(row.affinity_ttl_s) if row is not None else 300.0
-                        yield Remember(key, name, ttl)  # the key moves with the answer
+                        yield from Remember(key, name, ttl)  # the key moves with the answer
                     if first and plan.configured:
                         return result, None
                     if is_backstop and any_attempted:
@@ -455,7 +455,7 @@ class _Session:
                     return result, first_reason or ("no_chain" if not plan.configured else None)
                 if lease is not None:
                     self.leases.remove(lease)
-                    yield Unlease(*lease)
+                    yield from Unlease(*lease)
                 any_attempted = True
                 walk.add(**_attempt_record(result, served=False), step=index)
                 category = result.error.category if result.error else "response"
@@ -554,11 +554,11 @@ class _Session:
         )
         announce = Announce(self.request, routed)
         while self.leases:  # the places in flight this request held (quiet effects)
-            yield Unlease(*self.leases.pop())
+            yield from Unlease(*self.leases.pop())
         try:
             if persist:
                 try:
-                    yield Record(self.request, routed)
+                    yield from Record(self.request, routed)
                 except Exception as exc:  # then the write-behind queue (or its spool)
                     logger.error(
                         "Could not record routing decision %s inline (%s); queued.",
@@ -581,7 +581,7 @@ class _Session:
             fallback_reason,
         )
         try:
-            yield announce
+            yield from announce
         except Exception:  # the effect failed: send it here, synchronously
             announce.run(Context())
         except BaseException:  # torn down at the announcement: send it here
@@ -593,7 +593,7 @@ class _Session:
 def _route(request: AuditRequest, request_id: str | None, persist: bool) -> Steps[RoutingResult]:
     """The whole of :func:`route` / :func:`aroute`."""
     started = time.perf_counter()
-    session = _Session(request, (yield Setup(request)), request_id=request_id, started=started)
+    session = _Session(request, (yield from Setup(request)), request_id=request_id, started=started)
     try:
         final, fallback_reason = yield from session.run(session.call)
     except ClientGone:  # cancelled (async driver): the decision is still recorded
