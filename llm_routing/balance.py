@@ -306,16 +306,9 @@ def _output_tokens(request: AuditRequest, row: Provider) -> int:
 
 def estimate_usd(row: Provider | None, model: str, request: AuditRequest) -> float | None:
     """This request's estimated cost on ``row`` (None: the price is unknown)."""
-    if row is None:
+    source = pricing.source_of(row, "") if row is not None else None
+    if row is None or source is None:
         return None
-    source = pricing.PriceSource(
-        kind=row.kind,
-        model=row.model,
-        base_url=row.base_url,
-        input_per_mtok=row.input_price_per_mtok,
-        output_per_mtok=row.output_price_per_mtok,
-        offline=row.effective_mode == "mock",
-    )
     usage = Usage(
         input_tokens=max(1, math.ceil(request.input_length / 4)),
         output_tokens=_output_tokens(request, row),

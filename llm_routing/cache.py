@@ -374,10 +374,13 @@ _ASYNC_POOL_OPTIONS = frozenset(
 )
 
 
-_LoopRef = Callable[[], "asyncio.AbstractEventLoop | None"]
+#: A reference to an event loop that does not keep it alive (None once it is gone).
+LoopRef = Callable[[], "asyncio.AbstractEventLoop | None"]
 
 
-def _loop_ref(loop: asyncio.AbstractEventLoop) -> _LoopRef:
+def loop_ref(loop: asyncio.AbstractEventLoop) -> LoopRef:
+    """A weak reference to ``loop``, for a client kept per loop (here and the adapters'
+    HTTP clients) that must be let go with its loop."""
     try:
         return weakref.ref(loop)
     except TypeError:  # a loop type without weak references: held until it is closed
@@ -405,7 +408,7 @@ class AsyncRedis:
         # their loop, so its key would never die and every loop that ever used the
         # cache (each ``asyncio.run()``, each ``async_to_sync`` call) kept its client,
         # pool and sockets for the life of the process.
-        self._clients: dict[int, tuple[_LoopRef, Any]] = {}
+        self._clients: dict[int, tuple[LoopRef, Any]] = {}
         self._lock = threading.Lock()
 
     def _client(self) -> Any:
@@ -433,7 +436,7 @@ class AsyncRedis:
                 **options,
             )
             client = redis.asyncio.Redis(connection_pool=pool)
-            self._clients[id(loop)] = (_loop_ref(loop), client)
+            self._clients[id(loop)] = (loop_ref(loop), client)
         return client
 
     def _let_go_of_closed_loops(self) -> None:

@@ -170,7 +170,7 @@ def sources(names: Iterable[str]) -> dict[str, PriceSource | None]:
     last built (the router's setup has just refreshed it), never rebuilt there."""
     snap = snapshot.latest() if _in_event_loop() else snapshot.current()
     if snap is None:
-        return {name: _source_of(None, name) for name in names}
+        return {name: source_of(None, name) for name in names}
     global _sources
     held = _sources
     if held[0] is not snap:  # a new snapshot: its rows are new objects
@@ -183,7 +183,7 @@ def sources(names: Iterable[str]) -> dict[str, PriceSource | None]:
         else:
             # Bounded by the snapshot's rows (plus names that are no row: at most
             # _SOURCES_MAX of those are remembered).
-            found = out[name] = _source_of(snap.providers.get(name), name)
+            found = out[name] = source_of(snap.providers.get(name), name)
             if found is not None or len(known) < _SOURCES_MAX:
                 known[name] = found
     return out
@@ -203,7 +203,8 @@ def _in_event_loop() -> bool:
     return True
 
 
-def _source_of(row: Any, name: str) -> PriceSource | None:
+def source_of(row: Any, name: str) -> PriceSource | None:
+    """Where a provider row's price comes from (None: no row and not the mock)."""
     if row is None:
         return PriceSource(kind="mock", offline=True) if name == MOCK_PROVIDER_NAME else None
     return PriceSource(

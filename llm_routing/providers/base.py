@@ -27,9 +27,8 @@ import os
 import ssl
 import threading
 import time
-import weakref
 from abc import ABC, abstractmethod
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
@@ -40,6 +39,7 @@ from httpx_sse import EventSource, ServerSentEvent
 from jsonschema.exceptions import best_match
 
 from .. import seams
+from ..cache import LoopRef, loop_ref
 from ..conf import routing_settings
 from ..errors import (
     InvalidRequestError,
@@ -243,7 +243,7 @@ class HttpProvider(BaseProvider):
         self._client: httpx.Client | None = None
         # id(loop) → (reference to the loop, its client); an AsyncClient's connections
         # belong to the loop that opened them, so a client is never shared across loops.
-        self._aclients: dict[int, tuple[_LoopRef, httpx.AsyncClient]] = {}
+        self._aclients: dict[int, tuple[LoopRef, httpx.AsyncClient]] = {}
         self._client_lock = threading.Lock()
         from ..logging import install
 
@@ -283,7 +283,7 @@ class HttpProvider(BaseProvider):
                     del self._aclients[key]
                     aio.abandon(stale)
             client = self._build_async_client()
-            self._aclients[id(loop)] = (_loop_ref(loop), client)
+            self._aclients[id(loop)] = (loop_ref(loop), client)
         return client
 
     def client_options(self) -> dict[str, Any]:
@@ -1047,16 +1047,6 @@ def _overridden(provider: HttpProvider, *names: str) -> bool:
 
 def _remaining(deadline: float) -> float:
     return max(0.0, deadline - time.monotonic())
-
-
-_LoopRef = Callable[[], "asyncio.AbstractEventLoop | None"]
-
-
-def _loop_ref(loop: asyncio.AbstractEventLoop) -> _LoopRef:
-    try:
-        return weakref.ref(loop)
-    except TypeError:  # a loop type without weak references: held until it is closed
-        return lambda: loop
 
 
 def _close_on_owner(loop: asyncio.AbstractEventLoop | None, client: httpx.AsyncClient) -> None:
