@@ -146,5 +146,5 @@ def may_try(
         return "dimension_mismatch"
     if budget is not None and not budget.can_start():
         return "budget_exhausted"
-    allowed = yield (Allow(adapter.config) if claim else PeekCircuit(adapter.config))
+    allowed = yield from (Allow(adapter.config) if claim else PeekCircuit(adapter.config))
     return None if allowed else "circuit_open"

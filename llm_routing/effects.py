@@ -1,23 +1,32 @@
-"""The effect protocol of the routing core, and its two drivers (sync and async).
+"""The effect protocol of the routing core, and its two trampolines (sync and async).
 
-The routing algorithm (the walk in :mod:`llm_routing.router`, the retry loop in
-:mod:`llm_routing.resilience.retry`) is written once, as generators that never do I/O:
-they ``yield`` an :class:`Effect` describing what they need done and receive its result
-through ``send()`` (or its exception through ``throw()``). Composition is ``yield from``.
+The routing algorithm (the walk in :mod:`llm_routing.routing.walk`, the retry loop in
+:mod:`llm_routing.resilience.retry`, the breaker's decisions in
+:mod:`llm_routing.resilience.breaker`) is written once, as generators that never do
+I/O: they ask for an :class:`Effect` describing what they need done and receive its
+result through ``send()`` (or its exception through ``throw()``). An ``Effect[R]``
+answers an ``R``: ``result = yield from Complete(...)`` is typed (a ProviderResult);
+composition is ``yield from``.
 
-A driver does nothing but execute effects: :func:`run` / :func:`stream` call
-:meth:`Effect.run` (blocking calls: ``adapter.complete``, ``time.sleep``, ``next(it)``);
-:func:`arun` / :func:`astream` await :meth:`Effect.arun` (``await adapter.acomplete``,
-``asyncio.sleep``, ``await it.__anext__()``). Each effect knows its own sync and async
-execution, so effects of other layers (the breaker's ``Allow`` / ``Observe``, the
-router's ``Record``) live beside the code they call and the drivers stay generic.
+Every driver runs on one of two trampolines, the only loops that send to and throw
+into a core: :func:`_drive` calls :meth:`Effect.run` (blocking: ``adapter.complete``,
+``time.sleep``, ``next(it)``, a cache call); :func:`_adrive` awaits
+:meth:`Effect.arun` (``await adapter.acomplete``, ``asyncio.sleep``,
+``await it.__anext__()``, an async cache call). Each runs the core until it returns
+or emits an :class:`Emit`: :func:`run` and :func:`arun` want the return value,
+:func:`stream` and :func:`astream` hand each emitted event to their caller and call
+the trampoline again. Each effect knows its own sync and async execution, so effects
+of other layers (the breaker's ``Allow`` / ``Observe`` / ``CacheOp``, the router's
+``Setup`` / ``Record`` / ``Announce``) live beside the code they call and the
+trampolines stay generic.
 
-Client disconnect: a stream driver that sees its caller go away (``GeneratorExit`` on
-the sync generator; ``aclose()`` or ``CancelledError`` on the async one) throws
-:class:`ClientGone` into the core, executes the effects of the core's cleanup (close
-the upstream, free a probe slot, record the decision), then re-raises the original
-exception. ``ClientGone`` derives from BaseException so no ``except Exception`` in the
-core (an adapter-bug guard) can swallow it.
+Client disconnect: a trampoline that sees its caller go away (``GeneratorExit`` on the
+sync generator; ``aclose()`` or ``CancelledError`` on the async one, during an
+effect or at an ``Emit``) throws :class:`ClientGone` into the core, executes the
+effects of the core's cleanup (close the upstream, free a probe slot, record the
+decision), then re-raises the original exception. ``ClientGone`` derives from
+BaseException so no ``except Exception`` in the core (an adapter-bug guard) can
+swallow it.
 """
 
 from __future__ import annotations
@@ -28,7 +37,7 @@ import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Generator, Iterator
 from dataclasses import dataclass
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 from .providers.base import BaseProvider
 from .types import AuditRequest, ProviderResult, StreamEvent
@@ -45,6 +54,7 @@ __all__ = [
     "Sleep",
     "Sleeper",
     "Steps",
+    "StreamHandle",
     "SyncStream",
     "arun",
     "astream",
@@ -55,6 +65,8 @@ __all__ = [
 logger = logging.getLogger("llm_routing.effects")
 
 T = TypeVar("T")
+#: What an effect answers.
+R = TypeVar("R", covariant=True)
 Sleeper = Callable[[float], None]
 AsyncSleeper = Callable[[float], Awaitable[None]]
 
@@ -78,34 +90,39 @@ class Context:
     finalizing: bool = False
 
 
-class Effect:
-    """One piece of I/O the core asks for. ``run`` executes it blocking, ``arun``
-    awaiting; both return the value the core receives (or raise into the core).
+class Effect(Generic[R]):
+    """One piece of I/O the core asks for, answering an ``R``. ``run`` executes it
+    blocking, ``arun`` awaiting; both return the value the core receives (or raise
+    into the core). ``yield from effect`` asks for it with a typed result.
 
     A *quiet* effect is bookkeeping whose failure must not change the request's
-    outcome (the breaker's ``Allow`` / ``Observe``, closing a stream): the drivers log
-    its exception and hand the core :meth:`fallback` instead of raising into it."""
+    outcome (the breaker's ``Allow`` / ``Observe``, closing a stream): the trampolines
+    log its exception and hand the core :meth:`fallback` instead of raising into it."""
 
     __slots__ = ()
     quiet: ClassVar[bool] = False
 
-    def fallback(self) -> Any:
+    def __iter__(self) -> Generator[Effect[R], R, R]:
+        return (yield self)
+
+    def fallback(self) -> R:
         """What the core receives when a quiet effect failed."""
-        return None
+        raise TypeError(f"{type(self).__name__} is not quiet: it has no fallback.")
 
-    def run(self, ctx: Context) -> Any:
+    def run(self, ctx: Context) -> R:
         raise NotImplementedError
 
-    async def arun(self, ctx: Context) -> Any:
+    async def arun(self, ctx: Context) -> R:
         raise NotImplementedError
 
 
-#: A core generator: yields effects, receives their results, returns a T.
-Steps = Generator[Effect, Any, T]
+#: A core generator: yields effects, receives their results, returns a T. (The value
+#: sent is each effect's own ``R``; ``yield from effect`` types it.)
+Steps = Generator[Effect[object], Any, T]
 
 
 @dataclass(frozen=True, slots=True)
-class Sleep(Effect):
+class Sleep(Effect[None]):
     """Wait ``seconds`` (a retry's backoff) → None."""
 
     seconds: float
@@ -118,7 +135,7 @@ class Sleep(Effect):
 
 
 @dataclass(frozen=True, slots=True)
-class Complete(Effect):
+class Complete(Effect[ProviderResult]):
     """One upstream call → ProviderResult (or the adapter's ProviderError): the
     adapter's ``embed`` for an embeddings request, else its ``complete``."""
 
@@ -143,48 +160,64 @@ class Complete(Effect):
 
 
 @dataclass(frozen=True, slots=True)
-class OpenStream(Effect):
-    """Open a stream → an opaque handle (a sync iterator for the sync driver, an
-    async iterator for the async one) that only :class:`NextEvent` and
-    :class:`CloseStream` look into."""
+class StreamHandle:
+    """An open upstream stream, opaque to the core: the sync trampoline's iterator or
+    the async one's; only :class:`NextEvent` and :class:`CloseStream` look into it."""
+
+    events: Iterator[StreamEvent] | None = None
+    aevents: AsyncIterator[StreamEvent] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class OpenStream(Effect[StreamHandle]):
+    """Open a stream → its :class:`StreamHandle`."""
 
     adapter: BaseProvider
     request: AuditRequest
     api_key: str | None
     timeout: float
 
-    def run(self, ctx: Context) -> Iterator[StreamEvent]:
-        return iter(self.adapter.stream(self.request, api_key=self.api_key, timeout=self.timeout))
+    def run(self, ctx: Context) -> StreamHandle:
+        events = self.adapter.stream(self.request, api_key=self.api_key, timeout=self.timeout)
+        return StreamHandle(events=iter(events))
 
-    async def arun(self, ctx: Context) -> AsyncIterator[StreamEvent]:
-        return aiter(self.adapter.astream(self.request, api_key=self.api_key, timeout=self.timeout))
+    async def arun(self, ctx: Context) -> StreamHandle:
+        events = self.adapter.astream(self.request, api_key=self.api_key, timeout=self.timeout)
+        return StreamHandle(aevents=aiter(events))
 
 
 @dataclass(frozen=True, slots=True)
-class NextEvent(Effect):
+class NextEvent(Effect[StreamEvent | None]):
     """The stream's next event → StreamEvent, or None once it is exhausted."""
 
-    handle: Any
+    handle: StreamHandle
 
     def run(self, ctx: Context) -> StreamEvent | None:
-        return next(self.handle, None)
+        if self.handle.events is None:
+            raise TypeError("An async stream read by the sync trampoline.")
+        return next(self.handle.events, None)
 
     async def arun(self, ctx: Context) -> StreamEvent | None:
+        if self.handle.aevents is None:
+            raise TypeError("A sync stream read by the async trampoline.")
         try:
-            return await anext(self.handle)
+            return await anext(self.handle.aevents)
         except StopAsyncIteration:
             return None
 
 
 @dataclass(frozen=True, slots=True)
-class CloseStream(Effect):
+class CloseStream(Effect[None]):
     """Close a stream (stops the upstream request) → None; never raises."""
 
-    handle: Any
+    handle: StreamHandle
     quiet: ClassVar[bool] = True
 
+    def fallback(self) -> None:
+        return None
+
     def run(self, ctx: Context) -> None:
-        close = getattr(self.handle, "close", None)
+        close = getattr(self.handle.events, "close", None)
         try:
             if close is not None:
                 close()
@@ -192,7 +225,7 @@ class CloseStream(Effect):
             logger.warning("Closing an upstream stream failed (%s).", type(exc).__name__)
 
     async def arun(self, ctx: Context) -> None:
-        aclose = getattr(self.handle, "aclose", None)
+        aclose = getattr(self.handle.aevents, "aclose", None)
         try:
             if aclose is not None:
                 await aclose()
@@ -201,11 +234,12 @@ class CloseStream(Effect):
 
 
 @dataclass(frozen=True, slots=True)
-class Emit(Effect):
-    """Hand one event to the stream's caller → None. Only stream drivers execute it
-    (it is their ``yield``); after :class:`ClientGone` it is ignored."""
+class Emit(Effect[None]):
+    """Hand one event to the stream's caller → None. Not executed: the trampoline stops
+    at it and the stream driver yields it; while the core cleans up after
+    :class:`ClientGone`, it is ignored."""
 
-    event: Any
+    event: object
 
     def run(self, ctx: Context) -> None:
         raise TypeError("Emit is a stream driver's yield, not an executable effect.")
@@ -214,73 +248,14 @@ class Emit(Effect):
         raise TypeError("Emit is a stream driver's yield, not an executable effect.")
 
 
-# --- drivers ------------------------------------------------------------------------------
-
-
-def _failed(effect: Effect, err: Exception) -> tuple[Any, Exception | None]:
-    """(value, exception) for the core after ``effect`` raised ``err``: a quiet effect's
-    fallback (logged), else the exception, raised into the core at its yield."""
-    if not effect.quiet:
-        return None, err
-    logger.error(
-        "%s failed (%s); routing goes on without it.", type(effect).__name__, type(err).__name__
-    )
-    return effect.fallback(), None
-
-
-def _step(core: Steps[T], value: Any, exc: BaseException | None) -> Effect:
-    return core.throw(exc) if exc is not None else core.send(value)
-
-
-def run(core: Steps[T], *, sleeper: Sleeper | None = None) -> T:
-    """Drive ``core`` with blocking calls; its return value."""
-    ctx = Context(sleeper=sleeper)
-    value: Any = None
-    exc: BaseException | None = None
-    while True:
-        try:
-            effect = _step(core, value, exc)
-        except StopIteration as stop:
-            return stop.value
-        value, exc = None, None
-        try:
-            value = effect.run(ctx)
-        except Exception as err:  # raised into the core at its yield
-            value, exc = _failed(effect, err)
-        except BaseException:
-            _abandon(core)
-            raise
-
-
-async def arun(core: Steps[T], *, sleeper: AsyncSleeper | None = None) -> T:
-    """Drive ``core`` with awaits; its return value. Cancelled, it lets the core clean
-    up (see :class:`ClientGone`) and re-raises the CancelledError."""
-    ctx = Context(asleeper=sleeper)
-    value: Any = None
-    exc: BaseException | None = None
-    while True:
-        try:
-            effect = _step(core, value, exc)
-        except StopIteration as stop:
-            return stop.value
-        value, exc = None, None
-        try:
-            value = await effect.arun(ctx)
-        except asyncio.CancelledError:
-            await _aunwind(core, ctx)
-            raise
-        except Exception as err:
-            value, exc = _failed(effect, err)
-        except BaseException:
-            _abandon(core)
-            raise
+# --- the trampolines ------------------------------------------------------------------------
 
 
 class _Closing:
-    """Shared by a :class:`SyncStream` and its driver generator (never a reference
-    from the generator to its owner, so dropping the owner frees both at once):
-    whether the close the generator sees came from ``close()``, and the context the
-    stream was made in (its finalizer's cleanup runs in it)."""
+    """Shared by a :class:`SyncStream` and its generator (never a reference from the
+    generator to its owner, so dropping the owner frees both at once): whether the
+    close the generator sees came from ``close()``, and the context the stream was
+    made in (its finalizer's cleanup runs in it)."""
 
     __slots__ = ("context", "explicit")
 
@@ -289,19 +264,159 @@ class _Closing:
         self.context = contextvars.copy_context()
 
 
+class _Core(Generic[T]):
+    """A core on a trampoline: what it receives next (``value``, or ``exc`` thrown in)
+    and, once it has returned or emitted, ``done``. The stepping of a core, written
+    once for both trampolines; they only execute the effects it hands them."""
+
+    __slots__ = ("core", "done", "exc", "gone", "value")
+
+    def __init__(self, core: Steps[T], gone: bool) -> None:
+        self.core = core
+        self.gone = gone
+        self.value: object = None
+        self.exc: BaseException | None = ClientGone() if gone else None
+        self.done: T | Emit
+
+    def next_effect(self) -> Effect[object] | None:
+        """The core's next effect to execute; None once it has returned or emitted an
+        :class:`Emit` (an Emit is skipped when ``gone``: the core is cleaning up)."""
+        while True:
+            try:
+                if self.exc is None:
+                    effect = self.core.send(self.value)
+                else:
+                    effect = self.core.throw(self.exc)
+            except StopIteration as stop:
+                self.done = stop.value
+                return None
+            self.value, self.exc = None, None
+            if not isinstance(effect, Emit):
+                return effect
+            if not self.gone:
+                self.done = effect
+                return None
+
+    def failed(self, effect: Effect[object], err: BaseException) -> None:
+        """``effect`` raised ``err``. Anything but an Exception tears the driver down:
+        the core is abandoned and ``err`` re-raised. A quiet effect's Exception is
+        logged and its fallback sent to the core; any other is raised into the core at
+        its yield."""
+        if not isinstance(err, Exception):
+            _abandon(self.core)
+            raise err
+        if not effect.quiet:
+            self.exc = err
+            return
+        logger.error(
+            "%s failed (%s); routing goes on without it.",
+            type(effect).__name__,
+            type(err).__name__,
+        )
+        self.value = effect.fallback()
+
+
+def _drive(core: Steps[T], ctx: Context, *, gone: bool = False) -> T | Emit:
+    """The sync trampoline: run ``core``'s effects blocking until it returns (its value)
+    or emits (the :class:`Emit`, for a stream driver to hand over; the next call resumes
+    the core). ``gone``: start by throwing :class:`ClientGone` and skip the core's
+    ``Emit`` effects (its cleanup; the core's ClientGone then propagates)."""
+    run = _Core(core, gone)
+    while (effect := run.next_effect()) is not None:
+        try:
+            run.value = effect.run(ctx)
+        except BaseException as err:
+            run.failed(effect, err)
+    return run.done
+
+
+def _unwind(core: Steps[object], ctx: Context) -> None:
+    """Throw ClientGone into the core and execute its cleanup effects."""
+    try:
+        _drive(core, ctx, gone=True)
+    except ClientGone:
+        pass
+
+
+async def _adrive(core: Steps[T], ctx: Context, *, gone: bool = False) -> T | Emit:
+    """The async trampoline: :func:`_drive` with awaits. Cancelled during an effect, it
+    unwinds the core, then re-raises (cancelled again while unwinding: it abandons)."""
+    run = _Core(core, gone)
+    while (effect := run.next_effect()) is not None:
+        try:
+            run.value = await effect.arun(ctx)
+        except asyncio.CancelledError:
+            if gone:  # cancelled again while cleaning up: stop here
+                _abandon(core)
+            else:
+                await _aunwind(core, ctx)
+            raise
+        except BaseException as err:
+            run.failed(effect, err)
+    return run.done
+
+
+async def _aunwind(core: Steps[object], ctx: Context) -> None:
+    """:func:`_unwind` on the async trampoline."""
+    try:
+        await _adrive(core, ctx, gone=True)
+    except ClientGone:
+        pass
+
+
+def _abandon(core: Steps[object]) -> None:
+    """End a core without running its remaining effects (the driver itself is being
+    torn down): ClientGone at each cleanup yield until the core has stopped, so it is
+    never garbage-collected mid-cleanup."""
+    for _ in range(64):
+        try:
+            core.throw(ClientGone())
+        except (StopIteration, ClientGone):
+            return
+        except Exception:
+            logger.exception("The routing core failed while being abandoned.")
+            return
+
+
+# --- the drivers --------------------------------------------------------------------------
+
+_NOT_A_STREAM = "Emit is a stream driver's yield; run()/arun() drive cores that emit nothing."
+
+
+def run(core: Steps[T], *, sleeper: Sleeper | None = None) -> T:
+    """Drive ``core`` with blocking calls; its return value."""
+    ctx = Context(sleeper=sleeper)
+    done = _drive(core, ctx)
+    if isinstance(done, Emit):
+        _unwind(core, ctx)
+        raise TypeError(_NOT_A_STREAM)
+    return done
+
+
+async def arun(core: Steps[T], *, sleeper: AsyncSleeper | None = None) -> T:
+    """Drive ``core`` with awaits; its return value. Cancelled, it lets the core clean
+    up (see :class:`ClientGone`) and re-raises the CancelledError."""
+    ctx = Context(asleeper=sleeper)
+    done = await _adrive(core, ctx)
+    if isinstance(done, Emit):
+        await _aunwind(core, ctx)
+        raise TypeError(_NOT_A_STREAM)
+    return done
+
+
 class SyncStream(Iterator[Any]):
     """The sync stream driver's iterator. ``close()`` runs the core's cleanup here and
-    now (the decision is recorded before it returns). Dropped without ``close()``, the
-    driver generator is finalized by the garbage collector, at whatever code it
-    interrupted: the cleanup then runs with ``Context.finalizing`` set (no database
-    write from a finalizer: the record goes to the write-behind queue), in the context
-    the stream was made in (so the request's budget grant is found and settled)."""
+    now (the decision is recorded before it returns). Dropped without ``close()``, its
+    generator is finalized by the garbage collector, at whatever code it interrupted:
+    the cleanup then runs with ``Context.finalizing`` set (no database write from a
+    finalizer: the record goes to the write-behind queue), in the context the stream
+    was made in (so the request's budget grant is found and settled)."""
 
     __slots__ = ("_closing", "_gen")
 
     def __init__(self, core: Steps[None], ctx: Context) -> None:
         self._closing = _Closing()
-        self._gen = _drive_stream(core, ctx, self._closing)
+        self._gen = _events(core, ctx, self._closing)
 
     def __iter__(self) -> SyncStream:
         return self
@@ -321,117 +436,29 @@ def stream(core: Steps[None], *, sleeper: Sleeper | None = None) -> SyncStream:
     return SyncStream(core, Context(sleeper=sleeper))
 
 
-def _drive_stream(core: Steps[None], ctx: Context, closing: _Closing) -> Generator[Any, None, None]:
-    value: Any = None
-    exc: BaseException | None = None
-    while True:
+def _events(core: Steps[None], ctx: Context, closing: _Closing) -> Generator[object, None, None]:
+    """A streaming core's events, from the sync trampoline."""
+    while isinstance(emitted := _drive(core, ctx), Emit):
         try:
-            effect = _step(core, value, exc)
-        except StopIteration:
-            return
-        value, exc = None, None
-        if isinstance(effect, Emit):
-            try:
-                yield effect.event
-            except GeneratorExit:
-                if closing.explicit:
-                    _unwind(core, ctx)
-                else:  # the garbage collector's finalizer (see SyncStream)
-                    fin = Context(sleeper=ctx.sleeper, finalizing=True)
-                    closing.context.run(_unwind, core, fin)  # a copy only entered here
-                raise
-            continue
-        try:
-            value = effect.run(ctx)
-        except Exception as err:
-            value, exc = _failed(effect, err)
-        except BaseException:
-            _abandon(core)
+            yield emitted.event
+        except GeneratorExit:
+            if closing.explicit:
+                _unwind(core, ctx)
+            else:  # the garbage collector's finalizer (see SyncStream)
+                fin = Context(sleeper=ctx.sleeper, finalizing=True)
+                closing.context.run(_unwind, core, fin)  # a copy only entered here
             raise
 
 
 async def astream(
     core: Steps[None], *, sleeper: AsyncSleeper | None = None
 ) -> AsyncGenerator[Any, None]:
-    """The async :func:`stream`: ``aclose()`` or a cancellation lets the core clean up."""
+    """The async :func:`stream`, from the async trampoline: ``aclose()`` or a
+    cancellation lets the core clean up."""
     ctx = Context(asleeper=sleeper)
-    value: Any = None
-    exc: BaseException | None = None
-    while True:
+    while isinstance(emitted := await _adrive(core, ctx), Emit):
         try:
-            effect = _step(core, value, exc)
-        except StopIteration:
-            return
-        value, exc = None, None
-        if isinstance(effect, Emit):
-            try:
-                yield effect.event
-            except (GeneratorExit, asyncio.CancelledError):
-                await _aunwind(core, ctx)
-                raise
-            continue
-        try:
-            value = await effect.arun(ctx)
-        except asyncio.CancelledError:
+            yield emitted.event
+        except (GeneratorExit, asyncio.CancelledError):
             await _aunwind(core, ctx)
-            raise
-        except Exception as err:
-            value, exc = _failed(effect, err)
-        except BaseException:
-            _abandon(core)
-            raise
-
-
-def _unwind(core: Steps[Any], ctx: Context) -> None:
-    """Throw ClientGone into the core and execute its cleanup effects."""
-    value: Any = None
-    exc: BaseException | None = ClientGone()
-    while True:
-        try:
-            effect = _step(core, value, exc)
-        except (StopIteration, ClientGone):
-            return
-        value, exc = None, None
-        if isinstance(effect, Emit):
-            continue
-        try:
-            value = effect.run(ctx)
-        except Exception as err:
-            value, exc = _failed(effect, err)
-        except BaseException:
-            _abandon(core)
-            raise
-
-
-def _abandon(core: Steps[Any]) -> None:
-    """End a core without running its remaining effects (the driver itself is being
-    torn down): ClientGone at each cleanup yield until the core has stopped, so it is
-    never garbage-collected mid-cleanup."""
-    for _ in range(64):
-        try:
-            core.throw(ClientGone())
-        except (StopIteration, ClientGone):
-            return
-        except Exception:
-            logger.exception("The routing core failed while being abandoned.")
-            return
-
-
-async def _aunwind(core: Steps[Any], ctx: Context) -> None:
-    value: Any = None
-    exc: BaseException | None = ClientGone()
-    while True:
-        try:
-            effect = _step(core, value, exc)
-        except (StopIteration, ClientGone):
-            return
-        value, exc = None, None
-        if isinstance(effect, Emit):
-            continue
-        try:
-            value = await effect.arun(ctx)
-        except Exception as err:
-            value, exc = _failed(effect, err)
-        except BaseException:  # cancelled again while cleaning up: stop here
-            _abandon(core)
             raise

@@ -7,6 +7,7 @@ lands, :class:`FakeUpstream` and :class:`HttpTestProvider` can be swapped for it
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 import time
@@ -16,6 +17,7 @@ from typing import Any, ClassVar
 
 import httpx
 from django.core.cache.backends.base import BaseCache
+from django.core.cache.backends.filebased import FileBasedCache
 
 from llm_routing.errors import (
     InvalidRequestError,
@@ -33,6 +35,7 @@ __all__ = [
     "BrokenCache",
     "FakeClock",
     "FakeUpstream",
+    "GatedCache",
     "HttpTestProvider",
     "install",
 ]
@@ -207,3 +210,20 @@ class BrokenCache(BaseCache):
 
     def clear(self) -> None:
         self._data.clear()
+
+
+class GatedCache(FileBasedCache):
+    """A file cache whose ``gate_at``-th async read (counted in ``reads``) sets
+    ``reached`` and then waits until it is cancelled: a cancellation that lands in the
+    middle of a breaker operation, at a known cache call."""
+
+    gate_at: ClassVar[int | None] = None
+    reads: ClassVar[int] = 0
+    reached: ClassVar[asyncio.Event | None] = None
+
+    async def aget(self, key: str, default: Any = None, version: int | None = None) -> Any:
+        GatedCache.reads += 1
+        if GatedCache.reads == GatedCache.gate_at and GatedCache.reached is not None:
+            GatedCache.reached.set()
+            await asyncio.Event().wait()  # until cancelled
+        return await super().aget(key, default, version)

@@ -15,7 +15,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.test import override_settings
 
 from llm_routing import effects
-from llm_routing.effects import Effect
+from llm_routing.effects import Context, Effect
 from llm_routing.errors import AuthenticationError, RateLimitError
 from llm_routing.resilience import breaker
 from llm_routing.resilience.breaker import (
@@ -23,6 +23,7 @@ from llm_routing.resilience.breaker import (
     HALF_OPEN,
     OPEN,
     Allow,
+    CacheOp,
     Circuit,
     CircuitStore,
     PeekCircuit,
@@ -32,7 +33,7 @@ from llm_routing.resilience.breaker import (
 )
 from llm_routing.types import ErrorInfo, ProviderConfig, ProviderResult
 
-from .breaker_support import BrokenCache, FakeClock
+from .breaker_support import BrokenCache, FakeClock, GatedCache
 
 POLICY = Policy(
     threshold=3,
@@ -349,14 +350,14 @@ def test_two_stores_on_one_cache_share_state(clock: FakeClock) -> None:
     assert not breaker.allow(CONFIG)  # the other store holds the single probe slot
 
 
-def _drive(store: CircuitStore, ops: Generator[tuple[Any, ...], Any, bool], value: Any) -> bool:
-    """Finish a decision generator of ``store`` from ``value`` on (its cache calls)."""
+def _drive(ops: Generator[Effect[object], Any, bool], value: Any) -> bool:
+    """Finish a decision of a store from ``value`` on (its cache calls, one at a time)."""
     while True:
         try:
-            method, *args = ops.send(value)
+            op = ops.send(value)
         except StopIteration as stop:
             return bool(stop.value)
-        value = store._cache_call(method, *args)
+        value = op.run(Context())
 
 
 def test_a_half_open_read_made_stale_by_a_failed_probe_does_not_make_a_second_probe(
@@ -370,9 +371,9 @@ def test_a_half_open_read_made_stale_by_a_failed_probe_does_not_make_a_second_pr
     clock.advance(1.0)
     other_worker = CircuitStore(clock=clock)
     late = other_worker._allow(CONFIG)  # its allow(), one cache call at a time
-    method, *args = next(late)
-    assert method == "get"
-    half_open = other_worker._cache_call(method, *args)  # reads the circuit half-open
+    op = next(late)
+    assert isinstance(op, CacheOp) and op.method == "get"
+    half_open = op.run(Context())  # reads the circuit half-open
 
     def probe_fails() -> None:
         assert breaker.allow(CONFIG) and breaker.is_probe(CONFIG)
@@ -380,7 +381,7 @@ def test_a_half_open_read_made_stale_by_a_failed_probe_does_not_make_a_second_pr
 
     contextvars.copy_context().run(probe_fails)
     assert breaker.store.load("primary", "gpt-x").phase(clock()) == OPEN  # for 2 s
-    assert not _drive(other_worker, late, half_open)  # skips: no probe while open
+    assert not _drive(late, half_open)  # skips: no probe while open
     assert not other_worker.is_probe(CONFIG)
     clock.advance(2.0)
     assert breaker.allow(CONFIG) and breaker.is_probe(CONFIG)  # the next step's probe
@@ -397,16 +398,16 @@ def test_a_late_failure_read_half_open_does_not_undo_the_probes_reopening(
     clock.advance(1.0)
     late_worker = CircuitStore(clock=clock)
     late = late_worker._observe_all(CONFIG, result(False))
-    method, *args = next(late)
-    assert method == "get"
-    expired = late_worker._cache_call(method, *args)  # the step-1 record, half-open
+    op = next(late)
+    assert isinstance(op, CacheOp) and op.method == "get"
+    expired = op.run(Context())  # the step-1 record, half-open
 
     def probe_fails() -> None:
         assert breaker.allow(CONFIG) and breaker.is_probe(CONFIG)
         breaker.observe(CONFIG, result(False))
 
     contextvars.copy_context().run(probe_fails)
-    _drive(late_worker, late, expired)
+    _drive(late, expired)
     circuit = breaker.store.load("primary", "gpt-x")
     assert circuit.phase(clock()) == OPEN and circuit.open_until == clock() + 2.0
     assert not breaker.allow(CONFIG)  # no second probe in this cooldown step
@@ -419,15 +420,14 @@ def test_a_half_open_read_made_stale_by_a_probe_success_is_a_plain_call(
     clock.advance(1.0)
     other_worker = CircuitStore(clock=clock)
     late = other_worker._allow(CONFIG)
-    method, *args = next(late)
-    half_open = other_worker._cache_call(method, *args)
+    half_open = next(late).run(Context())
 
     def probe_succeeds() -> None:
         assert breaker.allow(CONFIG)
         breaker.observe(CONFIG, result(True))
 
     contextvars.copy_context().run(probe_succeeds)
-    assert _drive(other_worker, late, half_open)  # closed now: allowed, as no probe
+    assert _drive(late, half_open)  # closed now: allowed, as no probe
     assert not other_worker.is_probe(CONFIG)
     assert breaker.allow(CONFIG) and not breaker.is_probe(CONFIG)  # no slot left held
 
@@ -532,17 +532,18 @@ def test_demo_settings_pick_the_cache_from_cache_url_or_redis_url(
         assert cache["OPTIONS"] == {"socket_connect_timeout": 1.0, "socket_timeout": 1.0}
 
 
-def _ops_of(store: CircuitStore, ops: Generator[tuple[Any, ...], Any, Any]) -> list[str]:
-    """Run a decision generator of ``store``; the cache methods it called, in order."""
+def _ops_of(store: CircuitStore, ops: Generator[Effect[object], Any, Any]) -> list[str]:
+    """Run a decision of ``store``; the cache methods it called, in order."""
     called: list[str] = []
     value: Any = None
     while True:
         try:
-            method, *args = ops.send(value)
+            op = ops.send(value)
         except StopIteration:
             return called
-        called.append(method)
-        value = store._cache_call(method, *args)
+        assert isinstance(op, CacheOp)
+        called.append(op.method)
+        value = op.run(Context())
 
 
 def test_a_success_on_a_healthy_circuit_costs_one_cache_read(clock: FakeClock) -> None:
@@ -563,7 +564,7 @@ def test_a_success_on_a_healthy_circuit_costs_one_cache_read(clock: FakeClock) -
 
 
 # --- the async cache path and the breaker's effects ------------------------------------------
-# Each branch of CircuitStore._acache_call against a real backend: LocMem (inline), any
+# Each branch of CacheOp.arun (awaited) against a real backend: LocMem (inline), any
 # other Django backend (its async methods), Redis (redis.asyncio, a throwaway
 # redis-server), a failing one (process-local state); and the Allow / PeekCircuit
 # effects on both drivers.
@@ -645,6 +646,63 @@ def test_the_async_path_falls_back_to_local_state_and_logs_the_error_type_once(
     assert len(warnings) == 1
     assert "(ConnectionError)" in warnings[0].getMessage()
     assert "s3cret" not in caplog.text
+
+
+def _cancelled_at_read(clock: FakeClock, tmp_path: Any, reads_after: int, call: Any) -> None:
+    """Half-open, this task claims the probe (``aallow``); then ``call`` (in this task's
+    context) is cancelled at its ``reads_after``-th cache read from now."""
+    gated = {"BACKEND": "tests.breaker_support.GatedCache", "LOCATION": str(tmp_path)}
+    with override_settings(
+        CACHES={
+            "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
+            "gated": gated,
+        },
+        LLM_ROUTING={"CACHE_ALIAS": "gated"},
+    ):
+        GatedCache.gate_at, GatedCache.reached = None, None
+        trip()
+        clock.advance(1.0)
+
+        async def cancelled() -> None:
+            GatedCache.reached = asyncio.Event()
+            GatedCache.gate_at = GatedCache.reads + reads_after
+            task = asyncio.create_task(call())
+            await asyncio.wait_for(GatedCache.reached.wait(), 60)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+
+        asyncio.run(cancelled())
+        GatedCache.gate_at = None
+        # Another request: the circuit is still half-open and the slot is free again.
+        assert contextvars.Context().run(breaker.allow, CONFIG)
+        assert not breaker.store.degraded
+
+
+def test_a_cancellation_in_the_middle_of_aobserve_frees_the_probe_slot(
+    clock: FakeClock, tmp_path: Any
+) -> None:
+    """The probe's task is cancelled while ``aobserve`` reads the circuit: the async
+    trampoline still runs the observation's cleanup, which gives the slot back (before,
+    the slot stayed taken until its TTL and no probe was let through meanwhile)."""
+
+    async def probe_then_observe() -> None:
+        assert await breaker.aallow(CONFIG) and breaker.is_probe(CONFIG)
+        await breaker.aobserve(CONFIG, result(False))
+
+    _cancelled_at_read(clock, tmp_path, 3, probe_then_observe)
+
+
+def test_a_cancellation_after_aallow_took_the_slot_gives_it_back(
+    clock: FakeClock, tmp_path: Any
+) -> None:
+    """Cancelled at ``aallow``'s second read of the circuit (the slot is taken, the
+    claim not yet this context's): the slot is given back, not held until its TTL."""
+
+    async def claim() -> None:
+        await breaker.aallow(CONFIG)
+
+    _cancelled_at_read(clock, tmp_path, 2, claim)
 
 
 def _ask(effect: Effect) -> Generator[Effect, Any, Any]:

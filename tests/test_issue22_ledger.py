@@ -192,7 +192,7 @@ def _drive(stream: bool, client: str) -> list[Any]:
 
 @LEDGER
 @given(
-    at=st.integers(min_value=0, max_value=16),
+    at=st.integers(min_value=0, max_value=20),
     stream=st.booleans(),
     client=st.sampled_from(["all", "close", "drop"]),
     cancel=st.booleans(),

@@ -43,7 +43,7 @@ import math
 import threading
 import time
 import uuid
-from collections.abc import Callable, Generator, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, fields, replace
 from datetime import UTC, datetime
 from types import MappingProxyType
@@ -52,10 +52,11 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 from django.core.cache.backends.locmem import LocMemCache
 from django.core.exceptions import ImproperlyConfigured
 
+from .. import effects
 from ..cache import CACHE_RETRY_S as _CACHE_RETRY_S
 from ..cache import CacheBackoff, async_redis, routing_cache
 from ..conf import routing_settings
-from ..effects import Context, Effect
+from ..effects import ClientGone, Context, Effect, Steps
 from ..types import ErrorInfo, ProviderConfig, ProviderResult
 
 if TYPE_CHECKING:
@@ -69,6 +70,7 @@ __all__ = [
     "RECORD_TTL_S",
     "SUCCESS_WRITE_INTERVAL_S",
     "Allow",
+    "CacheOp",
     "Circuit",
     "CircuitStore",
     "Observe",
@@ -105,9 +107,8 @@ SUCCESS_WRITE_INTERVAL_S = 1.0
 
 Clock = Callable[[], float]
 T = TypeVar("T")
-#: A decision as a generator of cache operations: yields ``(method, *args)``, receives
-#: the cache's answer, returns the decision.
-CacheOps = Generator[tuple[Any, ...], Any, T]
+#: What a cache operation answers.
+R = TypeVar("R", covariant=True)
 
 
 # --- pure state machine ------------------------------------------------------------------
@@ -433,6 +434,57 @@ def _tracked(config: ProviderConfig) -> bool:
     return config.kind != "mock" and config.mode != "mock"
 
 
+@dataclass(frozen=True, slots=True)
+class CacheOp(Effect[R]):
+    """One call on the circuit cache (``method(*args)``) → the cache's answer; raises
+    what the cache raised. Blocking: the routing cache's method. Awaited: LocMem
+    (process memory) inline, Redis through ``redis.asyncio`` on this loop (Django's own
+    async Redis methods are sync_to_async wrappers that queue every call on one
+    thread), any other backend through its async method (``aget``, ``aadd``, ...).
+    Built by :func:`_get`, :func:`_get_many`, :func:`_set`, :func:`_add` and
+    :func:`_delete`, which type the answer; :meth:`CircuitStore._cache` performs it."""
+
+    method: str
+    args: tuple[object, ...]
+
+    def on(self, cache: Any) -> R:
+        """The same call on another cache (the process-local stand-in)."""
+        result: R = getattr(cache, self.method)(*self.args)
+        return result
+
+    def run(self, ctx: Context) -> R:
+        return self.on(routing_cache())  # one client per process (llm_routing.cache)
+
+    async def arun(self, ctx: Context) -> R:
+        cache = routing_cache()
+        if isinstance(cache, LocMemCache):  # process memory: inline
+            return self.on(cache)
+        aredis = async_redis(cache)
+        call = getattr(cache, "a" + self.method) if aredis is None else getattr(aredis, self.method)
+        result: R = await call(*self.args)
+        return result
+
+
+def _get(key: str) -> CacheOp[object]:
+    return CacheOp("get", (key,))
+
+
+def _get_many(keys: list[str]) -> CacheOp[dict[str, object]]:
+    return CacheOp("get_many", (keys,))
+
+
+def _set(key: str, record: dict[str, Any]) -> CacheOp[None]:
+    return CacheOp("set", (key, record, RECORD_TTL_S))
+
+
+def _add(key: str, token: str, ttl: int) -> CacheOp[bool]:
+    return CacheOp("add", (key, token, ttl))
+
+
+def _delete(key: str) -> CacheOp[object]:
+    return CacheOp("delete", (key,))
+
+
 class CircuitStore:
     """Circuits in the Django cache, with a process-local fallback."""
 
@@ -444,38 +496,19 @@ class CircuitStore:
         self.backoff = CacheBackoff(CACHE_RETRY_S, clock=lambda: time.monotonic())
 
     # -- cache access that never raises ---------------------------------------------
-    def _cache_call(self, method: str, *args: Any) -> Any:
+    def _cache(self, op: CacheOp[T]) -> Steps[T]:
+        """``op`` on the shared cache while it answers, else on process-local state (the
+        failure logged once, the cache tried again after :data:`CACHE_RETRY_S`). Written
+        once for both trampolines: :class:`CacheOp` knows its blocking and awaited call."""
         if self.backoff.open():
             try:
-                cache = routing_cache()  # one client per process (llm_routing.cache)
-                result = getattr(cache, method)(*args)
+                result = yield from op
             except Exception as exc:
                 self._cache_failed(exc)
             else:
                 self._cache_answered()
                 return result
-        return getattr(self._local, method)(*args)
-
-    async def _acache_call(self, method: str, *args: Any) -> Any:
-        """:meth:`_cache_call` for the event loop: LocMem (process memory) inline,
-        any other backend through its async method (``aget``, ``aadd``, ...)."""
-        if self.backoff.open():
-            try:
-                cache = routing_cache()
-                if isinstance(cache, LocMemCache):  # process memory: inline
-                    result = getattr(cache, method)(*args)
-                elif (aredis := async_redis(cache)) is not None:
-                    # redis.asyncio on this loop (Django's own async Redis methods are
-                    # sync_to_async wrappers that queue every call on one thread).
-                    result = await getattr(aredis, method)(*args)
-                else:
-                    result = await getattr(cache, "a" + method)(*args)
-            except Exception as exc:
-                self._cache_failed(exc)
-            else:
-                self._cache_answered()
-                return result
-        return getattr(self._local, method)(*args)
+        return op.on(self._local)
 
     def _cache_answered(self) -> None:
         if self.backoff.answered():
@@ -497,28 +530,30 @@ class CircuitStore:
         return self.backoff.down
 
     # -- records ------------------------------------------------------------------------
+    def _call(self, op: CacheOp[T]) -> T:
+        """One cache operation, blocking (the store's own reads and writes)."""
+        return effects.run(self._cache(op))
+
     def load(self, provider: str, model: str) -> Circuit:
-        return Circuit.from_record(provider, model, self._cache_call("get", _key(provider, model)))
+        return Circuit.from_record(provider, model, self._call(_get(_key(provider, model))))
 
     def load_many(self, pairs: Iterable[tuple[str, str]]) -> dict[tuple[str, str], Circuit]:
         pairs = list(dict.fromkeys(pairs))
         keys = {_key(p, m): (p, m) for p, m in pairs}
-        found = self._cache_call("get_many", list(keys)) or {}
+        found = self._call(_get_many(list(keys))) or {}
         return {
             pair: Circuit.from_record(pair[0], pair[1], found.get(key))
             for key, pair in keys.items()
         }
 
     def save(self, circuit: Circuit) -> None:
-        self._cache_call(
-            "set", _key(circuit.provider, circuit.model), circuit.to_record(), RECORD_TTL_S
-        )
+        self._call(_set(_key(circuit.provider, circuit.model), circuit.to_record()))
 
     def reset(self, provider: str, model: str) -> None:
         """Close the circuit and forget its health (admin action, management command)."""
         key = _key(provider, model)
-        self._cache_call("delete", key)
-        self._cache_call("delete", key + ":probe")
+        self._call(_delete(key))
+        self._call(_delete(key + ":probe"))
         logger.warning("Circuit %s/%s reset by an operator.", provider, model)
 
     def force_open(self, provider: str, model: str, seconds: float) -> Circuit:
@@ -535,24 +570,27 @@ class CircuitStore:
         return after
 
     # -- the router's two calls -------------------------------------------------------------
-    # Each decision is written once, as a generator of cache operations (``(method,
-    # *args)`` tuples answered through ``send``); :meth:`_ops` runs it with blocking cache
-    # calls, :meth:`_aops` with Django's async cache methods (LocMem inline).
+    # Each decision is written once, as a core of :class:`CacheOp` effects (through
+    # :meth:`_cache`); the sync trampoline (``effects.run``) runs it with blocking cache
+    # calls, the async one (``effects.arun``) with awaited ones (LocMem inline). A
+    # cancellation there lets the decision clean up (a probe slot it took is freed).
     def allow(self, config: ProviderConfig) -> bool:
         """Whether a call to this (provider, model) may start now. In half-open it
         claims the single probe slot; only the claimant gets True."""
-        return self._ops(self._allow(config))
+        return effects.run(self._allow(config))
 
     async def aallow(self, config: ProviderConfig) -> bool:
         """:meth:`allow` through the async cache path (one ``get`` when closed)."""
-        return await self._aops(self._allow(config))
+        return await effects.arun(self._allow(config))
 
-    def _allow(self, config: ProviderConfig) -> CacheOps[bool]:
+    def _allow(self, config: ProviderConfig) -> Steps[bool]:
         if not _tracked(config):
             return True
         now = self.clock()
         key = _key(config.name, config.model)
-        circuit = Circuit.from_record(config.name, config.model, (yield ("get", key)))
+        circuit = Circuit.from_record(
+            config.name, config.model, (yield from self._cache(_get(key)))
+        )
         phase = circuit.phase(now)
         if key in _probing.get():  # a claim left over by a call that never reported
             _holding(key, None)
@@ -563,15 +601,20 @@ class CircuitStore:
             return False
         ttl = max(Policy.from_settings().probe_ttl, float(config.timeout_s) + 1.0)
         token = uuid.uuid4().hex
-        if not (yield ("add", key + ":probe", token, math.ceil(ttl))):
+        if not (yield from self._cache(_add(key + ":probe", token, math.ceil(ttl)))):
             return False
         # The slot may be free because a probe has just finished: it wrote the circuit,
         # then freed the slot, after this call read "half-open". Read again, so a failed
         # probe's re-opening is not followed by a second probe in the same moment.
-        latest = Circuit.from_record(config.name, config.model, (yield ("get", key)))
+        try:
+            record = yield from self._cache(_get(key))
+        except ClientGone:  # cancelled before the claim is this context's: give it back
+            yield from self._cache(_delete(key + ":probe"))
+            raise
+        latest = Circuit.from_record(config.name, config.model, record)
         phase = latest.phase(self.clock())
         if phase != HALF_OPEN:
-            yield ("delete", key + ":probe")  # the slot this call just took
+            yield from self._cache(_delete(key + ":probe"))  # the slot this call just took
             if phase == CLOSED:  # the probe succeeded: a plain call
                 _remember(key, latest)
                 return True
@@ -586,34 +629,37 @@ class CircuitStore:
     def peek(self, config: ProviderConfig) -> Peek:
         """What :meth:`allow` would answer now, read-only: no probe slot is claimed, no
         record written, no claim of this context touched (explain-route, the admin)."""
-        return self._ops(self._peek(config))
+        return effects.run(self._peek(config))
 
     async def apeek(self, config: ProviderConfig) -> Peek:
         """:meth:`peek` through the async cache path."""
-        return await self._aops(self._peek(config))
+        return await effects.arun(self._peek(config))
 
-    def _peek(self, config: ProviderConfig) -> CacheOps[Peek]:
+    def _peek(self, config: ProviderConfig) -> Steps[Peek]:
         if not _tracked(config):
             return Peek(tracked=False, phase=CLOSED, allowed=True, probe=False, circuit=None)
         key = _key(config.name, config.model)
-        circuit = Circuit.from_record(config.name, config.model, (yield ("get", key)))
+        circuit = Circuit.from_record(
+            config.name, config.model, (yield from self._cache(_get(key)))
+        )
         phase = circuit.phase(self.clock())
         if phase == CLOSED:
             return Peek(tracked=True, phase=phase, allowed=True, probe=False, circuit=circuit)
         if phase == OPEN:
             return Peek(tracked=True, phase=phase, allowed=False, probe=False, circuit=circuit)
-        free = (yield ("get", key + ":probe")) is None
+        free = (yield from self._cache(_get(key + ":probe"))) is None
         return Peek(tracked=True, phase=phase, allowed=free, probe=free, circuit=circuit)
 
     def observe(self, config: ProviderConfig, result: ProviderResult) -> None:
         """Feed one finished call (after retries) into the circuit and its health."""
-        self._ops(self._observe_all(config, result))
+        effects.run(self._observe_all(config, result))
 
     async def aobserve(self, config: ProviderConfig, result: ProviderResult) -> None:
-        """:meth:`observe` through the async cache path."""
-        await self._aops(self._observe_all(config, result))
+        """:meth:`observe` through the async cache path. Cancelled midway, it still frees
+        the probe slot this call held (the async trampoline runs the cleanup)."""
+        await effects.arun(self._observe_all(config, result))
 
-    def _observe_all(self, config: ProviderConfig, result: ProviderResult) -> CacheOps[None]:
+    def _observe_all(self, config: ProviderConfig, result: ProviderResult) -> Steps[None]:
         if not _tracked(config):
             return
         key = _key(config.name, config.model)
@@ -629,30 +675,12 @@ class CircuitStore:
             yield from self._observe(config, result, probe=probe)
         finally:
             # Free the slot, unless it expired and another caller holds a new one.
-            if probe and (yield ("get", key + ":probe")) == token:
-                yield ("delete", key + ":probe")
-
-    def _ops(self, ops: CacheOps[T]) -> T:
-        value: Any = None
-        while True:
-            try:
-                method, *args = ops.send(value)
-            except StopIteration as stop:
-                return stop.value
-            value = self._cache_call(method, *args)
-
-    async def _aops(self, ops: CacheOps[T]) -> T:
-        value: Any = None
-        while True:
-            try:
-                method, *args = ops.send(value)
-            except StopIteration as stop:
-                return stop.value
-            value = await self._acache_call(method, *args)
+            if probe and (yield from self._cache(_get(key + ":probe"))) == token:
+                yield from self._cache(_delete(key + ":probe"))
 
     def _observe(
         self, config: ProviderConfig, result: ProviderResult, *, probe: bool
-    ) -> CacheOps[None]:
+    ) -> Steps[None]:
         policy = Policy.from_settings()
         now = self.clock()
         key = _key(config.name, config.model)
@@ -661,7 +689,7 @@ class CircuitStore:
             _remember(key, None)
             if result.ok and _fresh_success(seen, now):
                 return  # the hot path: one cache read per call (allow's)
-        before = Circuit.from_record(config.name, config.model, (yield ("get", key)))
+        before = Circuit.from_record(config.name, config.model, (yield from self._cache(_get(key))))
         if result.ok:
             if _fresh_success(before, now):
                 return
@@ -674,7 +702,7 @@ class CircuitStore:
                 # the probe's re-opening written in between (read-modify-write).
                 return
             after = on_failure(before, now, policy, error, probe=probe)
-        yield ("set", key, after.to_record(), RECORD_TTL_S)
+        yield from self._cache(_set(key, after.to_record()))
         was, now_phase = before.phase(now), after.phase(now)
         if now_phase == OPEN and (was != OPEN or after.opened_at != before.opened_at):
             logger.warning(
@@ -758,7 +786,7 @@ async def aobserve(config: ProviderConfig, result: ProviderResult) -> None:
 
 
 @dataclass(frozen=True, slots=True)
-class Allow(Effect):
+class Allow(Effect[bool]):
     """:func:`allow` for this config → bool (may claim the half-open probe slot).
     Quiet: should it fail, the call is let through (as on a cache outage)."""
 
@@ -776,7 +804,7 @@ class Allow(Effect):
 
 
 @dataclass(frozen=True, slots=True)
-class PeekCircuit(Effect):
+class PeekCircuit(Effect[bool]):
     """:func:`peek` for this config → whether a call would be let through now (reads
     only: no probe slot claimed; explain). Quiet, like :class:`Allow`."""
 
@@ -794,13 +822,16 @@ class PeekCircuit(Effect):
 
 
 @dataclass(frozen=True, slots=True)
-class Observe(Effect):
+class Observe(Effect[None]):
     """:func:`observe` this finished call → None (frees a probe slot it held). Quiet:
     the breaker's bookkeeping never changes the request's outcome."""
 
     config: ProviderConfig
     result: ProviderResult
     quiet: ClassVar[bool] = True
+
+    def fallback(self) -> None:
+        return None
 
     def run(self, ctx: Context) -> None:
         observe(self.config, self.result)

@@ -122,7 +122,7 @@ def retry_steps(
     if invoke is None:
 
         def invoke(api_key: str | None, timeout: float) -> Steps[ProviderResult]:
-            result: ProviderResult = yield Complete(adapter, request, api_key, timeout)
+            result = yield from Complete(adapter, request, api_key, timeout)
             return result
 
     started = time.perf_counter()
@@ -171,7 +171,7 @@ def retry_steps(
                 retries + 1,
                 delay,
             )
-            yield Sleep(delay)
+            yield from Sleep(delay)
             # The wait itself may have used up what was left: then the last error
             # stands and no request is counted that was never sent.
             if offline or budget.can_start():

@@ -311,7 +311,7 @@ def _setup(request: AuditRequest, config: ConfigSnapshot) -> _Setup:
 
 
 @dataclass(frozen=True, slots=True)
-class Setup(Effect):
+class Setup(Effect[_Setup]):
     """The session's configuration reads (:func:`_setup`) → _Setup."""
 
     request: AuditRequest

@@ -28,6 +28,7 @@ from ..effects import (
     OpenStream,
     Sleeper,
     Steps,
+    StreamHandle,
 )
 from ..errors import NetworkError, ProviderError, ResponseError
 from ..providers.base import BaseProvider, validate_structured
@@ -96,7 +97,7 @@ def aroute_stream(
 
 
 #: A live stream: the driver's opaque handle and the events read before the commit point.
-_Live = tuple[Any, list[StreamEvent]]
+_Live = tuple[StreamHandle, list[StreamEvent]]
 
 
 def _route_stream(
@@ -106,7 +107,7 @@ def _route_stream(
     caller are ``Emit`` effects. Whatever raises in the walk, the request ends through
     the session's one exit and the stream with its one final event."""
     started = time.perf_counter()
-    session = _Session(request, (yield Setup(request)), request_id=request_id, started=started)
+    session = _Session(request, (yield from Setup(request)), request_id=request_id, started=started)
     mode = stream_mode or session.plan.stream_mode
     outcome = _StreamOutcome()
     delivered: list[str] = []
@@ -124,7 +125,7 @@ def _route_stream(
             last = StreamResult(routed)
         else:
             last = StreamFailure(error=error, partial=outcome.committed(delivered), routed=routed)
-    yield Emit(guard.final(last))
+    yield from Emit(guard.final(last))
 
 
 def _stream_walk(
@@ -145,11 +146,11 @@ def _stream_walk(
         def attempt(adapter: BaseProvider) -> Steps[ProviderResult]:
             def invoke(api_key: str | None, timeout: float) -> Steps[ProviderResult]:
                 clamped = with_output_ceiling(req, adapter.config)
-                events = yield OpenStream(adapter, clamped, api_key, timeout)
+                events = yield from OpenStream(adapter, clamped, api_key, timeout)
                 head: list[StreamEvent] = []
                 try:
                     # Failures here are pre-commit: they fail over.
-                    while (event := (yield NextEvent(events))) is not None:
+                    while (event := (yield from NextEvent(events))) is not None:
                         head.append(event)
                         if isinstance(event, StreamEnd) or (
                             not buffer_all
@@ -163,7 +164,7 @@ def _stream_walk(
                         # A truncated transfer, still pre-commit: transient, so it fails over.
                         raise NetworkError("The stream ended before it finished.")
                 except (Exception, ClientGone):
-                    yield CloseStream(events)
+                    yield from CloseStream(events)
                     raise
                 live[adapter.config.name] = (events, head)
                 opened[adapter.config.name] = (adapter.config, timeout)
@@ -184,7 +185,7 @@ def _stream_walk(
         outcome.failure = _gone_error()
         final = session.gone()
         for events, _ in live.values():
-            yield CloseStream(events)
+            yield from CloseStream(events)
         for entry in opened.values():
             yield from _settle(session, entry, final, outcome)
         yield from session.finish(final, None, persist=persist)
@@ -209,7 +210,7 @@ def _stream_walk(
         raise
     finally:
         for events, _ in live.values():
-            yield CloseStream(events)
+            yield from CloseStream(events)
         for entry in opened.values():  # cut short by the client: frees a probe slot
             yield from _settle(session, entry, final, outcome)
         routed = yield from _finish_stream(
@@ -267,7 +268,7 @@ def _pump(
     try:
         while True:
             event = next(queued, None)
-            if event is None and (event := (yield NextEvent(events))) is None:
+            if event is None and (event := (yield from NextEvent(events))) is None:
                 break
             if isinstance(event, StreamEnd):
                 outcome.end = event
@@ -281,7 +282,7 @@ def _pump(
             else:
                 continue
             if (clean := guard.chunk(chunk)) is not None:
-                yield _deliver(clean, delivered, outcome)
+                yield from _deliver(clean, delivered, outcome)
         if outcome.end is None:
             outcome.failure = ResponseError("The stream was cut before it finished.")
     except ProviderError as exc:
@@ -290,11 +291,11 @@ def _pump(
         logger.exception("Stream adapter raised %s", type(exc).__name__)
         outcome.failure = ResponseError(f"The stream failed ({type(exc).__name__}).")
     except ClientGone:
-        yield CloseStream(events)
+        yield from CloseStream(events)
         raise
-    yield CloseStream(events)
+    yield from CloseStream(events)
     for rest in guard.flush(served.provider, served.model):
-        yield _deliver(rest, delivered, outcome)
+        yield from _deliver(rest, delivered, outcome)
 
 
 #: An opened stream: the config it was called with and the timeout it was given.
@@ -314,13 +315,13 @@ def _settle(
     config, timeout = entry
     failure = outcome.failure
     if failure is None:
-        yield Observe(config, opened)
+        yield from Observe(config, opened)
         return
     failure = outcome.failure = deadline_caused(
         failure, timeout=timeout, own_timeout=config.timeout_s, budget=session.budget
     )
     error = failure.to_info()
-    yield Observe(config, replace(opened, mode="error", status="error", error=error))
+    yield from Observe(config, replace(opened, mode="error", status="error", error=error))
 
 
 def _continue(

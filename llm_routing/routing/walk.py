@@ -180,7 +180,7 @@ def _off_loop(fn: Callable[..., T]) -> Callable[..., Awaitable[T]]:
 
 
 @dataclass(frozen=True, slots=True)
-class Record(Effect):
+class Record(Effect[None]):
     """Record the decision and its attempts → None (never raises; spools on a DB error)."""
 
     request: AuditRequest
@@ -200,7 +200,7 @@ class Record(Effect):
 
 
 @dataclass(frozen=True, slots=True)
-class Announce(Effect):
+class Announce(Effect[None]):
     """Send ``request_routed`` → None: the budgets' settlement with the usage the
     upstream reported and the release of the place in flight, metrics, traces. On the
     event loop it awaits what its receivers deferred (the settlement task), so a loop
@@ -332,13 +332,13 @@ class _Session:
             gone = error_result(
                 adapter, _gone_error(), latency_ms=0.0, retries=0, upstream_requests=1
             )
-            yield Observe(config, gone)
+            yield from Observe(config, gone)
             self.walk.add(**_attempt_record(gone, served=False))
             raise
         result = checked_answer(sanitized(result, request), request, config)
         if not (defer_success and result.ok):
             try:
-                yield Observe(config, result)
+                yield from Observe(config, result)
             except ClientGone:  # cancelled here: the answer (and its usage) still counts
                 self.walk.add(**_attempt_record(result, served=False))
                 raise
@@ -558,7 +558,7 @@ class _Session:
         try:
             if persist:
                 try:
-                    yield Record(self.request, routed)
+                    yield from Record(self.request, routed)
                 except Exception as exc:  # then the write-behind queue (or its spool)
                     logger.error(
                         "Could not record routing decision %s inline (%s); queued.",
@@ -581,7 +581,7 @@ class _Session:
             fallback_reason,
         )
         try:
-            yield announce
+            yield from announce
         except Exception:  # the effect failed: send it here, synchronously
             announce.run(Context())
         except BaseException:  # torn down at the announcement: send it here
@@ -593,7 +593,7 @@ class _Session:
 def _route(request: AuditRequest, request_id: str | None, persist: bool) -> Steps[RoutingResult]:
     """The whole of :func:`route` / :func:`aroute`."""
     started = time.perf_counter()
-    session = _Session(request, (yield Setup(request)), request_id=request_id, started=started)
+    session = _Session(request, (yield from Setup(request)), request_id=request_id, started=started)
     try:
         final, fallback_reason = yield from session.run(session.call)
     except ClientGone:  # cancelled (async driver): the decision is still recorded

@@ -1,0 +1,544 @@
+"""The effect vocabulary and its two trampolines (llm_routing/effects.py), on both
+drivers: typed results, exceptions raised into the core, quiet effects, the cleanup a
+closed, dropped, cancelled or torn-down driver runs, and the core effects themselves
+against a duck-typed adapter."""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import gc
+import logging
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import pytest
+
+from llm_routing import effects
+from llm_routing.effects import (
+    ClientGone,
+    CloseStream,
+    Complete,
+    Context,
+    Effect,
+    Emit,
+    NextEvent,
+    OpenStream,
+    Sleep,
+    Steps,
+    StreamHandle,
+)
+from llm_routing.types import AuditRequest
+
+marker: contextvars.ContextVar[str] = contextvars.ContextVar("test_effects_marker", default="-")
+
+
+class Stop(BaseException):
+    """Tears a driver down (as a KeyboardInterrupt would)."""
+
+
+@dataclass(frozen=True)
+class Twice(Effect[int]):
+    """→ twice ``n``; ``seen`` gets what the driver lent it."""
+
+    n: int
+    seen: list[Any] = field(default_factory=list)
+
+    def run(self, ctx: Context) -> int:
+        self.seen.append(("run", ctx.sleeper, ctx.asleeper, ctx.finalizing, marker.get()))
+        return 2 * self.n
+
+    async def arun(self, ctx: Context) -> int:
+        self.seen.append(("arun", ctx.sleeper, ctx.asleeper, ctx.finalizing, marker.get()))
+        return 2 * self.n
+
+
+@dataclass(frozen=True)
+class Fails(Effect[str]):
+    """Raises ``error``; quiet or not."""
+
+    error: BaseException
+    loud: bool = True
+
+    @property
+    def quiet(self) -> bool:  # type: ignore[override]
+        return not self.loud
+
+    def fallback(self) -> str:
+        return "fallback"
+
+    def run(self, ctx: Context) -> str:
+        raise self.error
+
+    async def arun(self, ctx: Context) -> str:
+        raise self.error
+
+
+@dataclass(frozen=True)
+class Hangs(Effect[None]):
+    """Waits until cancelled (async only); ``started`` is set once it waits."""
+
+    started: asyncio.Event
+
+    def run(self, ctx: Context) -> None:
+        raise AssertionError("async only")
+
+    async def arun(self, ctx: Context) -> None:
+        self.started.set()
+        await asyncio.Event().wait()
+
+
+def _arun(core: Steps[Any]) -> Any:
+    return asyncio.run(effects.arun(core))
+
+
+DRIVERS: list[Callable[[Steps[Any]], Any]] = [effects.run, _arun]
+IDS = ["sync", "async"]
+
+
+@pytest.mark.parametrize("drive", DRIVERS, ids=IDS)
+def test_a_core_gets_each_effects_result_and_the_driver_its_return_value(
+    drive: Callable[[Steps[Any]], Any],
+) -> None:
+    seen: list[Any] = []
+
+    def core() -> Steps[tuple[int, int]]:
+        first = yield from Twice(2, seen)
+        second = yield Twice(first, seen)
+        return first, second
+
+    assert drive(core()) == (4, 8)
+    assert [s[1:] for s in seen] == [(None, None, False, "-")] * 2
+
+
+def test_each_driver_lends_its_sleeper_to_sleep() -> None:
+    slept: list[float] = []
+
+    def core() -> Steps[None]:
+        yield from Sleep(1.5)
+
+    effects.run(core(), sleeper=slept.append)
+
+    async def asleep(seconds: float) -> None:
+        slept.append(-seconds)
+
+    asyncio.run(effects.arun(core(), sleeper=asleep))
+    assert slept == [1.5, -1.5]
+
+
+def _sleep_zero() -> Steps[str]:
+    yield from Sleep(0)
+    return "slept"
+
+
+def test_the_default_sleepers_are_time_and_asyncio_sleep() -> None:
+    assert effects.run(_sleep_zero()) == "slept"
+    assert asyncio.run(effects.arun(_sleep_zero())) == "slept"
+
+
+@pytest.mark.parametrize("drive", DRIVERS, ids=IDS)
+def test_an_effects_exception_is_raised_into_the_core_at_its_yield(
+    drive: Callable[[Steps[Any]], Any],
+) -> None:
+    def core() -> Steps[str]:
+        try:
+            yield from Fails(ValueError("no"))
+        except ValueError as exc:
+            after = yield from Twice(1)
+            return f"caught {exc} then {after}"
+        return "not raised"
+
+    assert drive(core()) == "caught no then 2"
+
+
+@pytest.mark.parametrize("drive", DRIVERS, ids=IDS)
+def test_a_quiet_effect_that_fails_hands_the_core_its_fallback_and_is_logged(
+    drive: Callable[[Steps[Any]], Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    def core() -> Steps[str]:
+        return (yield from Fails(ValueError("s3cret detail"), loud=False))
+
+    with caplog.at_level(logging.ERROR, logger="llm_routing.effects"):
+        assert drive(core()) == "fallback"
+    assert [r.getMessage() for r in caplog.records] == [
+        "Fails failed (ValueError); routing goes on without it."
+    ]
+    assert "s3cret" not in caplog.text
+
+
+def test_an_effect_that_is_not_quiet_has_no_fallback_and_the_base_runs_nothing() -> None:
+    with pytest.raises(TypeError, match=r"^Twice is not quiet: it has no fallback\.$"):
+        Twice(1).fallback()
+    base: Effect[None] = Effect()
+    with pytest.raises(NotImplementedError):
+        base.run(Context())
+    with pytest.raises(NotImplementedError):
+        asyncio.run(base.arun(Context()))
+    assert not Effect.quiet and CloseStream.quiet
+
+
+def _cleans_up(seen: list[Any]) -> Callable[[Effect[Any]], Steps[str]]:
+    """A core that asks for ``effect`` and, when the driver goes away, cleans up with
+    one effect (and an Emit, which cleanup ignores)."""
+
+    def core(effect: Effect[Any]) -> Steps[str]:
+        try:
+            yield from effect
+        except ClientGone:
+            seen.append("gone")
+            got = yield from Emit("ignored")
+            seen.append(("emit answered", got))
+            yield from Twice(5, seen)
+            raise
+        return "done"
+
+    return core
+
+
+@pytest.mark.parametrize("drive", DRIVERS, ids=IDS)
+def test_a_torn_down_driver_abandons_the_core_without_running_its_cleanup(
+    drive: Callable[[Steps[Any]], Any],
+) -> None:
+    seen: list[Any] = []
+    with pytest.raises(Stop):
+        drive(_cleans_up(seen)(Fails(Stop())))
+    assert seen == ["gone"]  # ClientGone again at the Emit: no cleanup effect executed
+
+
+@pytest.mark.parametrize("drive", DRIVERS, ids=IDS)
+def test_emit_outside_a_stream_is_a_type_error_after_the_cores_cleanup(
+    drive: Callable[[Steps[Any]], Any],
+) -> None:
+    seen: list[Any] = []
+    with pytest.raises(
+        TypeError,
+        match=r"^Emit is a stream driver's yield; run\(\)/arun\(\) drive cores that emit "
+        r"nothing\.$",
+    ):
+        drive(_cleans_up(seen)(Emit("event")))
+    assert seen[:2] == ["gone", ("emit answered", None)]
+    assert [s[0] for s in seen[2:]] == [("run" if drive is effects.run else "arun")]
+
+
+def test_emit_itself_is_never_executed() -> None:
+    with pytest.raises(
+        TypeError, match=r"^Emit is a stream driver's yield, not an executable effect\.$"
+    ):
+        Emit(1).run(Context())
+    with pytest.raises(
+        TypeError, match=r"^Emit is a stream driver's yield, not an executable effect\.$"
+    ):
+        asyncio.run(Emit(1).arun(Context()))
+
+
+def test_abandoning_stops_a_core_that_keeps_cleaning_up_and_logs_one_that_fails(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    ran: list[int] = []
+
+    def stubborn() -> Steps[None]:
+        yield from Fails(Stop())
+
+    def keeps_going() -> Steps[None]:
+        try:
+            yield from Fails(Stop())
+        finally:
+            for n in range(3):
+                try:
+                    yield from Twice(n)
+                except ClientGone:
+                    ran.append(n)
+
+    def breaks() -> Steps[None]:
+        try:
+            yield from Fails(Stop())
+        except ClientGone:
+            raise ValueError("cleanup bug") from None
+
+    for core in (stubborn, keeps_going, breaks):
+        with pytest.raises(Stop):
+            effects.run(core())
+    assert ran == [0, 1, 2]  # ClientGone at every cleanup yield, no effect executed
+    assert [r.getMessage() for r in caplog.records] == [
+        "The routing core failed while being abandoned."
+    ]
+
+
+def _stream_core(seen: list[Any]) -> Steps[None]:
+    try:
+        for n in (1, 2, 3):
+            got = yield from Emit(n)
+            seen.append(("sent", got))
+    except ClientGone:
+        yield from Emit("ignored")
+        yield from Sleep(0)  # with the stream's own sleeper, in a finalizer too
+        yield from Twice(7, seen)
+        raise
+    yield from Twice(9, seen)
+
+
+def test_a_sync_stream_yields_the_emitted_events_and_runs_the_rest_to_its_end() -> None:
+    seen: list[Any] = []
+    events = effects.stream(_stream_core(seen), sleeper=print)
+    assert iter(events) is events
+    assert list(events) == [1, 2, 3]
+    assert seen[:3] == [("sent", None)] * 3
+    assert seen[3][:4] == ("run", print, None, False)
+
+
+def test_closing_a_sync_stream_runs_the_cores_cleanup_now() -> None:
+    seen: list[Any] = []
+    events = effects.stream(_stream_core(seen))
+    assert next(events) == 1
+    token = marker.set("closing")
+    try:
+        events.close()
+    finally:
+        marker.reset(token)
+    assert seen == [("run", None, None, False, "closing")]
+    with pytest.raises(StopIteration):
+        next(events)
+
+
+def test_a_dropped_sync_stream_cleans_up_as_a_finalizer_in_the_context_it_was_made_in() -> None:
+    seen: list[Any] = []
+    slept: list[float] = []
+    token = marker.set("made")
+    events = effects.stream(_stream_core(seen), sleeper=slept.append)
+    marker.reset(token)
+    assert next(events) == 1
+    del events
+    gc.collect()
+    assert seen == [("run", slept.append, None, True, "made")]
+    assert slept == [0]
+
+
+def test_an_async_stream_yields_the_emitted_events_and_cleans_up_on_aclose() -> None:
+    async def main() -> list[Any]:
+        seen: list[Any] = []
+        events = effects.astream(_stream_core(seen))
+        assert [e async for e in events] == [1, 2, 3]
+        events = effects.astream(_stream_core(seen))
+        assert await anext(events) == 1
+        await events.aclose()
+        return seen
+
+    seen = asyncio.run(main())
+    assert [s[0] for s in seen] == ["sent"] * 3 + ["arun", "arun"]
+    assert seen[3][1:] == seen[4][1:] == (None, None, False, "-")
+
+
+def test_an_async_stream_cancelled_at_an_event_cleans_up_and_stays_cancelled() -> None:
+    async def main() -> list[Any]:
+        seen: list[Any] = []
+        events = effects.astream(_stream_core(seen))
+        assert await anext(events) == 1
+        with pytest.raises(asyncio.CancelledError):
+            await events.athrow(asyncio.CancelledError())
+        return seen
+
+    assert [s[0] for s in asyncio.run(main())] == ["arun"]
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["arun", "astream"])
+def test_a_cancellation_during_an_effect_runs_the_cores_cleanup_then_propagates(
+    stream: bool,
+) -> None:
+    async def main() -> list[Any]:
+        seen: list[Any] = []
+        started = asyncio.Event()
+        core = _cleans_up(seen)(Hangs(started))
+        if stream:
+            events = effects.astream(core)
+            task = asyncio.ensure_future(anext(events))
+        else:
+            task = asyncio.ensure_future(effects.arun(core))
+        await started.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return seen
+
+    seen = asyncio.run(main())
+    assert seen[:2] == ["gone", ("emit answered", None)]
+    assert seen[2][0] == "arun"
+
+
+def test_cancelled_again_while_cleaning_up_the_core_is_abandoned() -> None:
+    async def main() -> list[Any]:
+        seen: list[Any] = []
+        first, second = asyncio.Event(), asyncio.Event()
+
+        def core() -> Steps[None]:
+            try:
+                yield from Hangs(first)
+            except ClientGone:
+                try:
+                    yield from Hangs(second)
+                except ClientGone:
+                    seen.append("abandoned")
+                    yield from Twice(1, seen)  # never executed
+                    raise
+
+        task = asyncio.ensure_future(effects.arun(core()))
+        await first.wait()
+        task.cancel()
+        await second.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return seen
+
+    assert asyncio.run(main()) == ["abandoned"]
+
+
+# --- the core effects against a duck-typed adapter ------------------------------------------
+
+
+class Closable(Iterator[int]):
+    def __init__(self, items: list[int], fail: bool = False) -> None:
+        self.items, self.fail, self.closed = iter(items), fail, False
+
+    def __next__(self) -> int:
+        return next(self.items)
+
+    def close(self) -> None:
+        self.closed = True
+        if self.fail:
+            raise ValueError("close failed")
+
+
+class AClosable(AsyncIterator[int]):
+    def __init__(self, items: list[int], fail: bool = False) -> None:
+        self.items, self.fail, self.closed = iter(items), fail, False
+
+    async def __anext__(self) -> int:
+        try:
+            return next(self.items)
+        except StopIteration:
+            raise StopAsyncIteration from None
+
+    async def aclose(self) -> None:
+        self.closed = True
+        if self.fail:
+            raise ValueError("close failed")
+
+
+class Adapter:
+    """What the effects call on an adapter, recorded."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[Any, ...]] = []
+
+    def complete(self, request: Any, *, api_key: Any, timeout: Any) -> str:
+        self.calls.append(("complete", request, api_key, timeout))
+        return "answer"
+
+    async def acomplete(self, request: Any, *, api_key: Any, timeout: Any) -> str:
+        self.calls.append(("acomplete", request, api_key, timeout))
+        return "aanswer"
+
+    def embed(self, request: Any, *, api_key: Any, timeout: Any) -> str:
+        self.calls.append(("embed", request, api_key, timeout))
+        return "vectors"
+
+    async def aembed(self, request: Any, *, api_key: Any, timeout: Any) -> str:
+        self.calls.append(("aembed", request, api_key, timeout))
+        return "avectors"
+
+    def stream(self, request: Any, *, api_key: Any, timeout: Any) -> list[int]:
+        self.calls.append(("stream", request, api_key, timeout))
+        return [1, 2]  # an iterable: the effect makes the iterator
+
+    def astream(self, request: Any, *, api_key: Any, timeout: Any) -> AClosable:
+        self.calls.append(("astream", request, api_key, timeout))
+        return AClosable([1, 2])
+
+
+def test_complete_calls_the_adapter_with_the_key_and_timeout_on_both_drivers() -> None:
+    adapter = Adapter()
+    chat = AuditRequest(task="t", input_text="x")
+    effect = Complete(adapter, chat, "k", 2.5)  # type: ignore[arg-type]
+    assert effect.run(Context()) == "answer"
+    assert asyncio.run(effect.arun(Context())) == "aanswer"
+    embed = AuditRequest(task="t", input_text="x", call="embed")
+    effect = Complete(adapter, embed, None, 1.0)  # type: ignore[arg-type]
+    assert effect.run(Context()) == "vectors"
+    assert asyncio.run(effect.arun(Context())) == "avectors"
+    assert adapter.calls == [
+        ("complete", chat, "k", 2.5),
+        ("acomplete", chat, "k", 2.5),
+        ("embed", embed, None, 1.0),
+        ("aembed", embed, None, 1.0),
+    ]
+
+
+def test_a_stream_is_opened_read_to_its_end_and_closed_on_both_drivers() -> None:
+    adapter = Adapter()
+    opened = OpenStream(adapter, "req", None, 1.0)  # type: ignore[arg-type]
+    handle = opened.run(Context())
+    assert handle.aevents is None
+    assert [NextEvent(handle).run(Context()) for _ in range(3)] == [1, 2, None]
+    CloseStream(handle).run(Context())  # a plain iterator: nothing to close
+
+    async def main() -> list[Any]:
+        ahandle = await opened.arun(Context())
+        assert ahandle.events is None
+        read = [await NextEvent(ahandle).arun(Context()) for _ in range(3)]
+        await CloseStream(ahandle).arun(Context())
+        assert isinstance(ahandle.aevents, AClosable) and ahandle.aevents.closed
+        return read
+
+    assert asyncio.run(main()) == [1, 2, None]
+    assert [c[0] for c in adapter.calls] == ["stream", "astream"]
+    assert StreamHandle() == StreamHandle(None, None)
+
+
+def test_a_stream_handle_is_read_only_by_its_own_trampoline() -> None:
+    with pytest.raises(TypeError, match=r"^An async stream read by the sync trampoline\.$"):
+        NextEvent(StreamHandle(aevents=AClosable([]))).run(Context())
+    with pytest.raises(TypeError, match=r"^A sync stream read by the async trampoline\.$"):
+        asyncio.run(NextEvent(StreamHandle(events=iter([]))).arun(Context()))
+
+
+def test_closing_a_stream_never_raises_and_logs_the_error_type(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    events, aevents = Closable([1], fail=True), AClosable([1], fail=True)
+    CloseStream(StreamHandle(events=events)).run(Context())
+    asyncio.run(CloseStream(StreamHandle(aevents=aevents)).arun(Context()))
+    assert events.closed and aevents.closed
+    assert [r.getMessage() for r in caplog.records] == [
+        "Closing an upstream stream failed (ValueError)."
+    ] * 2
+    assert CloseStream(StreamHandle()).fallback() is None
+    CloseStream(StreamHandle()).run(Context())  # nothing open: nothing to close
+    asyncio.run(CloseStream(StreamHandle()).arun(Context()))
+    assert len(caplog.records) == 2
+
+
+class _Counted(Effect[int]):
+    """An effect whose run counts how often a driver executed it."""
+
+    runs: ClassVar[int] = 0
+
+    def run(self, ctx: Context) -> int:
+        _Counted.runs += 1
+        return _Counted.runs
+
+    async def arun(self, ctx: Context) -> int:
+        return self.run(ctx)
+
+
+@pytest.mark.parametrize("drive", DRIVERS, ids=IDS)
+def test_each_effect_runs_once(drive: Callable[[Steps[Any]], Any]) -> None:
+    _Counted.runs = 0
+
+    def core() -> Steps[list[int]]:
+        out = []
+        for _ in range(3):
+            out.append((yield from _Counted()))
+        return out
+
+    assert drive(core()) == [1, 2, 3]
