@@ -299,6 +299,8 @@ class Race(Effect[Raced]):
                 return  # cancelled: nobody waits for it
             except Exception as exc:
                 outcome = exc
+            except BaseException as exc:  # never leave the waiting thread hanging
+                outcome = RuntimeError(f"A hedged call ended with {type(exc).__name__}.")
             outcomes.put((index, outcome))
 
         def start(index: int, core: Steps[ProviderResult]) -> None:

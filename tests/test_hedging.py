@@ -10,6 +10,7 @@ Delays are generous and only their order matters (primary 3 s against a hedge af
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -17,8 +18,8 @@ from typing import Any
 import pytest
 from django.test import override_settings
 
-from llm_routing import balance, metrics
-from llm_routing.models import Attempt, Chain, ChainEntry, Provider, RoutingDecision
+from llm_routing import balance, budgets, metrics
+from llm_routing.models import Attempt, Budget, Chain, ChainEntry, Provider, RoutingDecision
 from llm_routing.resilience import breaker
 from llm_routing.router import route
 from llm_routing.types import AuditRequest
@@ -171,3 +172,30 @@ def test_a_chain_of_one_never_hedges(fake_upstream: FakeUpstream) -> None:
     routed = route(REQUEST)
     assert walk(routed) == [("a", "ok", None)]  # the mock backstop is never a hedge
     assert routed.metadata.hedge is None
+
+
+def test_a_hedged_request_is_one_decision_charged_once(
+    api: Any, fake_upstream: FakeUpstream, driver: str
+) -> None:
+    # Through /audit/: one decision row, one request against the budget, and the tokens
+    # of the answer that served (the cancelled loser reported none).
+    if driver == "async":
+        pytest.skip("the API view picks its own driver")
+    Budget.objects.create(name="cap", scope="user", subject="alice", max_requests=100,
+                          max_tokens=100_000, window="day")  # fmt: skip
+    chain(fake_upstream)
+    fake_upstream.script("openai", Faults.slow(3.0, watch=True), Faults.slow(0.05))
+    answer = api.post(
+        "/audit/",
+        data=json.dumps({"task": "summarize", "input_text": "Hedge the slow ones."}),
+        content_type="application/json",
+    )
+    assert answer.status_code == 200, answer.content
+    envelope = answer.json()
+    usage = envelope["result"]["usage"]
+    assert envelope["result"]["provider"] == "b"
+    assert RoutingDecision.objects.count() == 1
+    assert Attempt.objects.filter(outcome="hedge_lost", provider="a").count() == 1
+    used = budgets.usage([Budget.objects.get(name="cap")])["cap"]
+    assert used.requests == 1
+    assert used.tokens == usage["input_tokens"] + usage["output_tokens"] > 0
