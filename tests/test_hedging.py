@@ -39,13 +39,17 @@ def _fresh_latencies() -> Iterator[None]:
     balance.reset()
 
 
+#: Each candidate on its own vendor's fault queue: which request reaches the fake first
+#: does not decide which fault it gets.
+KINDS = {"a": "openai", "b": "anthropic", "c": "gemini"}
+
+
 def chain(fake: FakeUpstream, hedge: str = "100", names: tuple[str, ...] = ("a", "b")) -> Chain:
-    """A default chain of openai-kind providers on the fake upstream, each a step of
-    its own; each provider's model is its name (the fake's requests tell who was
-    called)."""
+    """A default chain of providers on the fake upstream (a: OpenAI, b: Anthropic, c:
+    Gemini), each a step of its own, each provider's model its name."""
     row = Chain.objects.create(name="main", is_default=True, hedge_after_ms=hedge)
     for position, name in enumerate(names):
-        fields = upstream_fields(name, "openai", fake)
+        fields = upstream_fields(name, KINDS[name], fake)
         fields.update({"model": name, "max_retries": 0})
         provider = Provider.objects.create(**fields)
         ChainEntry.objects.create(chain=row, provider=provider, position=position)
@@ -53,7 +57,9 @@ def chain(fake: FakeUpstream, hedge: str = "100", names: tuple[str, ...] = ("a",
 
 
 def called(fake: FakeUpstream) -> list[str]:
-    return [r.json["model"] for r in fake.requests_for("openai")]
+    """Who the fake upstream heard from, by name."""
+    vendors = {"openai": "a", "anthropic": "b", "gemini": "c"}
+    return sorted(vendors[r.vendor] for r in fake.requests)
 
 
 def walk(routed: Any) -> list[tuple[str, str, str | None]]:
@@ -76,7 +82,8 @@ def test_the_hedge_wins_and_the_primary_is_cancelled(
 ) -> None:
     settings.LLM_ROUTING = {**settings.LLM_ROUTING, "METRICS_TOKEN": "t" * 32}
     chain(fake_upstream)
-    fake_upstream.script("openai", Faults.slow(3.0, watch=True), Faults.slow(0.05))
+    fake_upstream.script("openai", Faults.slow(3.0, watch=True))
+    fake_upstream.script("anthropic", Faults.slow(0.05))
     won = hedges("won")
     routed = route(REQUEST)
     assert routed.result.ok and routed.result.provider == "b"
@@ -97,7 +104,8 @@ def test_the_hedge_loses_when_the_primary_answers_first(
     fake_upstream: FakeUpstream, driver: str
 ) -> None:
     chain(fake_upstream)
-    fake_upstream.script("openai", Faults.slow(0.6), Faults.slow(3.0, watch=True))
+    fake_upstream.script("openai", Faults.slow(0.6))
+    fake_upstream.script("anthropic", Faults.slow(3.0, watch=True))
     routed = route(REQUEST)
     assert routed.result.provider == "a"
     assert walk(routed) == [("a", "ok", None), ("b", "hedge_lost", "hedge_lost")]
@@ -113,7 +121,8 @@ def test_a_primary_failing_while_the_hedge_runs_leaves_the_hedge_as_the_next_att
 ) -> None:
     chain(fake_upstream, names=("a", "b", "c"))
     failing = dataclasses.replace(Faults.unavailable("openai"), delay=0.3)
-    fake_upstream.script("openai", failing, Faults.slow(1.0))
+    fake_upstream.script("openai", failing)
+    fake_upstream.script("anthropic", Faults.slow(1.0))
     routed = route(REQUEST)
     assert routed.result.provider == "b"
     assert [(p, o) for p, o, _ in walk(routed)] == [("a", "error"), ("b", "ok")]
@@ -161,7 +170,8 @@ def test_p95_hedges_only_once_the_primary_has_enough_samples(
     assert walk(route(REQUEST)) == [("a", "ok", None)]  # no p95 yet: no hedge
     for _ in range(balance.P95_MIN_SAMPLES):
         balance.observe_answer("a", 100.0)
-    fake_upstream.script("openai", Faults.slow(3.0, watch=True), Faults.slow(0.05))
+    fake_upstream.script("openai", Faults.slow(3.0, watch=True))
+    fake_upstream.script("anthropic", Faults.slow(0.05))
     routed = route(REQUEST)
     assert walk(routed) == [("a", "hedge_lost", "hedge_lost"), ("b", "ok", None)]
 
@@ -184,7 +194,8 @@ def test_a_hedged_request_is_one_decision_charged_once(
     Budget.objects.create(name="cap", scope="user", subject="alice", max_requests=100,
                           max_tokens=100_000, window="day")  # fmt: skip
     chain(fake_upstream)
-    fake_upstream.script("openai", Faults.slow(3.0, watch=True), Faults.slow(0.05))
+    fake_upstream.script("openai", Faults.slow(3.0, watch=True))
+    fake_upstream.script("anthropic", Faults.slow(0.05))
     answer = api.post(
         "/audit/",
         data=json.dumps({"task": "summarize", "input_text": "Hedge the slow ones."}),
