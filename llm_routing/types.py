@@ -542,7 +542,6 @@ class RoutingMetadata:
     # them (llm_routing.strategies.Pick.to_dict()).
     picks: tuple[Mapping[str, Any], ...] = ()
     # Hedging (docs/strategies.md): won, lost, failed or skipped; None: no hedge was due.
-    # Internal (metrics): the attempts carry the rows.
     hedge: str | None = None
 
     @property
@@ -573,6 +572,7 @@ class RoutingMetadata:
             "fallback_used": self.fallback_used,
             "fallback_reason": self.fallback_reason,
             "picks": [dict(p) for p in self.picks],
+            "hedge": self.hedge,
         }
 
 

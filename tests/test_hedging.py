@@ -204,7 +204,9 @@ def test_a_hedged_request_is_one_decision_charged_once(
     assert answer.status_code == 200, answer.content
     envelope = answer.json()
     usage = envelope["result"]["usage"]
-    assert envelope["result"]["provider"] == "b"
+    assert envelope["result"]["provider"] == "b" and envelope["routing_metadata"]["hedge"] == "won"
+    outcomes = [(a["provider"], a["outcome"]) for a in envelope["routing_metadata"]["attempts"]]
+    assert outcomes == [("a", "hedge_lost"), ("b", "ok")]
     assert RoutingDecision.objects.count() == 1
     assert Attempt.objects.filter(outcome="hedge_lost", provider="a").count() == 1
     used = budgets.usage([Budget.objects.get(name="cap")])["cap"]
