@@ -127,6 +127,8 @@ def test_a_primary_failing_while_the_hedge_runs_leaves_the_hedge_as_the_next_att
     assert routed.result.provider == "b"
     assert [(p, o) for p, o, _ in walk(routed)] == [("a", "error"), ("b", "ok")]
     assert routed.metadata.hedge == "won"
+    assert routed.metadata.fallback_used  # the primary failed: b is a fallback
+    assert routed.metadata.fallback_reason == routed.metadata.attempts[0].reason
     assert called(fake_upstream) == ["a", "b"]  # no second call to b, none to c
     assert failures("a") == 1  # a real failure still counts
 

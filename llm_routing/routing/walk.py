@@ -665,9 +665,9 @@ class _Session:
                     else:  # a hedge that ended beside an error that stands
                         walk.add(**_attempt_record(rest, served=False), step=later.step)
                 if not served:
-                    return result, first_reason if not first else None
-                if first and plan.configured:
-                    return result, None
+                    return result, first_reason if not (first and i == 0) else None
+                if first and first_reason is None and plan.configured:
+                    return result, None  # (a hedge that won is no fallback)
                 if is_backstop and any_attempted:
                     return result, "chain_exhausted"
                 return result, first_reason or ("no_chain" if not plan.configured else None)
