@@ -101,15 +101,17 @@ def test_the_hedge_wins_and_the_primary_is_cancelled(
 
 
 def test_the_hedge_loses_when_the_primary_answers_first(
-    fake_upstream: FakeUpstream, driver: str
+    fake_upstream: FakeUpstream, driver: str, settings: Any
 ) -> None:
+    settings.LLM_ROUTING = {**settings.LLM_ROUTING, "METRICS_TOKEN": "t" * 32}
+    lost = hedges("lost")
     chain(fake_upstream)
     fake_upstream.script("openai", Faults.slow(0.6))
     fake_upstream.script("anthropic", Faults.slow(3.0, watch=True))
     routed = route(REQUEST)
     assert routed.result.provider == "a"
     assert walk(routed) == [("a", "ok", None), ("b", "hedge_lost", "hedge_lost")]
-    assert routed.metadata.hedge == "lost"
+    assert routed.metadata.hedge == "lost" and hedges("lost") == lost + 1
     assert called(fake_upstream) == ["a", "b"]
     assert failures("b") == 0
     if driver == "async":
@@ -133,14 +135,18 @@ def test_a_primary_failing_while_the_hedge_runs_leaves_the_hedge_as_the_next_att
     assert failures("a") == 1  # a real failure still counts
 
 
-def test_no_hedge_when_the_deadline_cannot_afford_it(fake_upstream: FakeUpstream) -> None:
+def test_no_hedge_when_the_deadline_cannot_afford_it(
+    fake_upstream: FakeUpstream, settings: Any
+) -> None:
     # At 600 ms, 400 ms are left: less than the hedge delay itself.
+    settings.LLM_ROUTING = {**settings.LLM_ROUTING, "METRICS_TOKEN": "t" * 32}
+    skipped = hedges("skipped")
     chain(fake_upstream, hedge="600")
     fake_upstream.script("openai", Faults.slow(3.0))
-    with override_settings(LLM_ROUTING={"REQUEST_DEADLINE_S": 1.0}):
+    with override_settings(LLM_ROUTING={**settings.LLM_ROUTING, "REQUEST_DEADLINE_S": 1.0}):
         routed = route(REQUEST)
     assert ("b", "hedge_skipped", "deadline") in walk(routed)
-    assert routed.metadata.hedge == "skipped"
+    assert routed.metadata.hedge == "skipped" and hedges("skipped") == skipped + 1
     assert called(fake_upstream) == ["a"]
 
 
