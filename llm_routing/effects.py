@@ -290,7 +290,7 @@ class Race(Effect[Raced]):
     def run(self, ctx: Context) -> Raced:
         outcomes: queue.Queue[tuple[int, ProviderResult | Exception]] = queue.Queue()
         stop = (threading.Event(), threading.Event())
-        started = [time.perf_counter(), 0.0]
+        started: dict[int, float] = {}
 
         def side(index: int, core: Steps[ProviderResult]) -> None:
             try:
@@ -306,18 +306,15 @@ class Race(Effect[Raced]):
         def start(index: int, core: Steps[ProviderResult]) -> None:
             started[index] = time.perf_counter()
             runner = contextvars.copy_context().run
-            thread = threading.Thread(target=runner, args=(side, index, core), daemon=True)
-            thread.name = f"llm-routing-hedge-{index}"
-            thread.start()
+            threading.Thread(target=runner, args=(side, index, core), daemon=True).start()
 
         results: list[ProviderResult | Exception | None] = [None, None]
         start(0, self.first)
         try:
-            index, outcome = outcomes.get(timeout=max(0.0, self.after_s))
+            index, outcome = outcomes.get(timeout=self.after_s)
         except queue.Empty:
             pass
-        else:  # the first ended before the hedge was due
-            _close(self.second)
+        else:  # the first ended before the hedge was due (the second never runs)
             results[0] = outcome
             return Raced(results=(results[0], None), winner=0 if _ok(outcome) else None)
         start(1, self.second)
@@ -335,7 +332,7 @@ class Race(Effect[Raced]):
                 return Raced(results=(results[0], results[1]), winner=won, hedged=True)
 
     async def arun(self, ctx: Context) -> Raced:
-        started = [time.perf_counter(), 0.0]
+        started: dict[int, float] = {}
         tasks: dict[asyncio.Task[ProviderResult | Emit], int] = {}
         results: list[ProviderResult | Exception | None] = [None, None]
 
@@ -353,15 +350,12 @@ class Race(Effect[Raced]):
             raise exc
 
         start(0, self.first)
-        hedged = False
         try:
-            done, _ = await asyncio.wait(set(tasks), timeout=max(0.0, self.after_s))
-            if done:  # the first ended before the hedge was due
-                _close(self.second)
+            done, _ = await asyncio.wait(set(tasks), timeout=self.after_s)
+            if done:  # the first ended before the hedge was due (the second never runs)
                 outcome = outcome_of(done.pop())
                 return Raced(results=(outcome, None), winner=0 if _ok(outcome) else None)
             start(1, self.second)
-            hedged = True
             pending = set(tasks)
             while pending:
                 done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
@@ -379,19 +373,12 @@ class Race(Effect[Raced]):
             return Raced(results=(results[0], results[1]), winner=ok[0] if ok else None,
                          hedged=True)  # fmt: skip
         finally:
-            if not hedged:
-                _close(self.second)
             for task in tasks:  # torn down (cancelled): each side unwinds
                 if not task.done():
                     task.cancel()
             leftover = [t for t in tasks if not t.done()]
             if leftover:
                 await asyncio.wait(leftover)
-
-
-def _close(core: Steps[object]) -> None:
-    """Discard a core that never ran (its generator has not started: nothing to undo)."""
-    core.close()
 
 
 # --- the trampolines ------------------------------------------------------------------------
