@@ -158,7 +158,7 @@ async def _aleases(names: tuple[str, ...], op: str, lease: str = "") -> list[int
 
 
 @dataclass(frozen=True, slots=True)
-class CountInFlight(Effect):
+class CountInFlight(Effect[dict[str, int]]):
     """The requests in flight per provider (live leases) → dict. Quiet: {} on failure."""
 
     names: tuple[str, ...]
@@ -175,7 +175,7 @@ class CountInFlight(Effect):
 
 
 @dataclass(frozen=True, slots=True)
-class Lease(Effect):
+class Lease(Effect[str]):
     """Take a lease on a place in flight at ``name`` → the lease id ("" on failure)."""
 
     name: str
@@ -196,12 +196,15 @@ class Lease(Effect):
 
 
 @dataclass(frozen=True, slots=True)
-class Unlease(Effect):
+class Unlease(Effect[None]):
     """Give a lease back → None (quiet: an unreturned lease expires on its own)."""
 
     name: str
     lease: str
     quiet: ClassVar[bool] = True
+
+    def fallback(self) -> None:
+        return None
 
     def run(self, ctx: Context) -> None:
         if self.lease:
@@ -222,11 +225,14 @@ def affinity_cache_key(chain: str, step: int, key: str) -> str:
 
 
 @dataclass(frozen=True, slots=True)
-class Recall(Effect):
+class Recall(Effect[str | None]):
     """The provider that last served this affinity cache key → name or None (quiet)."""
 
     key: str
     quiet: ClassVar[bool] = True
+
+    def fallback(self) -> str | None:
+        return None
 
     def run(self, ctx: Context) -> str | None:
         value = routing_cache().get(self.key)
@@ -240,13 +246,16 @@ class Recall(Effect):
 
 
 @dataclass(frozen=True, slots=True)
-class Remember(Effect):
+class Remember(Effect[None]):
     """Store ``name`` as the provider of this affinity cache key for ``ttl_s`` → None."""
 
     key: str
     name: str
     ttl_s: float
     quiet: ClassVar[bool] = True
+
+    def fallback(self) -> None:
+        return None
 
     def run(self, ctx: Context) -> None:
         routing_cache().set(self.key, self.name, self.ttl_s)

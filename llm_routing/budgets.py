@@ -38,14 +38,15 @@ import math
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from decimal import Decimal
-from typing import Any
+from typing import Any, TypeVar
 
 from asgiref.sync import sync_to_async
 from django.core.cache.backends.locmem import LocMemCache
+from django.db import close_old_connections
 from django.db.models.signals import post_delete, post_save
 from django.dispatch import Signal
 
@@ -60,7 +61,7 @@ from .cache import (
 )
 from .conf import routing_settings
 from .models import Budget
-from .signals import defer, send
+from .signals import defer, deferring, send
 from .types import Principal, RoutingResult
 
 __all__ = [
@@ -82,6 +83,7 @@ __all__ = [
 ]
 
 logger = logging.getLogger("llm_routing.budgets")
+T = TypeVar("T")
 
 #: ``budget_threshold_reached(sender, name, scope, subject, window, used, cap, metric)``:
 #: a budget's use crossed its soft threshold (once per budget and window).
@@ -666,6 +668,23 @@ def _check(
     return None
 
 
+def _in_worker(fn: Callable[..., T]) -> Callable[..., Awaitable[T]]:
+    """``fn`` in a worker thread of the loop's executor, its database connection then
+    handled as at the end of a request (``close_old_connections``: closed, or back to
+    the pool, unless ``CONN_MAX_AGE`` keeps it). The budget rows' re-read and a soft
+    threshold's receivers query the database there; the executor's threads outlive the
+    request, and a connection left open in one stayed open (a pool slot held) until
+    the thread was collected."""
+
+    def run(*args: Any) -> T:
+        try:
+            return fn(*args)
+        finally:
+            close_old_connections()
+
+    return sync_to_async(run, thread_sensitive=False)
+
+
 async def acheck(principal: Principal | None, token_key: str | None = None) -> Refusal | None:
     """:func:`check` for code on the event loop, with the same counting and answers.
 
@@ -680,7 +699,7 @@ async def acheck(principal: Principal | None, token_key: str | None = None) -> R
     # moment later and query the database on the event loop.
     index = _fresh_index()
     if index is None or (aredis is None and not isinstance(cache, LocMemCache)):
-        return await sync_to_async(check, thread_sensitive=False)(principal, token_key)
+        return await _in_worker(check)(principal, token_key)
     if aredis is None:  # LocMem: in process memory, nothing to wait on
         return _check(principal, token_key, index)
     step = _begin(principal, token_key, index)
@@ -695,7 +714,7 @@ async def acheck(principal: Principal | None, token_key: str | None = None) -> R
     if reply[0]:
         return _refusal(step, reply[0])
     for crossing in _request_crossings(step, reply[1:]):
-        await sync_to_async(_crossed, thread_sensitive=False)(*crossing)
+        await _in_worker(_crossed)(*crossing)
     _granted(step)
     return None
 
@@ -817,7 +836,7 @@ async def _asettle(grant: Grant, tokens: int, nano: int) -> None:
     cache = routing_cache()
     aredis = async_redis(cache)
     if aredis is None:
-        await sync_to_async(_settle_grant, thread_sensitive=False)(grant, tokens, nano)
+        await _in_worker(_settle_grant)(grant, tokens, nano)
         return
     if (tokens <= 0 and nano <= 0) and not any(_reserves(b) for b in grant.budgets):
         return
@@ -828,7 +847,7 @@ async def _asettle(grant: Grant, tokens: int, nano: int) -> None:
         _cache_failed(exc)
         return
     for crossing in _usage_crossings(grant, tokens, nano, values):
-        await sync_to_async(_crossed, thread_sensitive=False)(*crossing)
+        await _in_worker(_crossed)(*crossing)
 
 
 def _usage_crossings(
@@ -930,8 +949,9 @@ def _used(routed: RoutingResult) -> tuple[int, Decimal]:
 
 def _on_request_routed(sender: Any, routed: RoutingResult | None = None, **kwargs: Any) -> None:
     """The routed request's usage (streams included), once, at the router's finish. On
-    an event loop (the async router) the settlement is a task on that loop: the
-    receiver returns without waiting on the cache."""
+    an event loop (the async router) the settlement is a task on that loop, which the
+    router's announcement awaits; sent synchronously on a loop, nothing awaits a task, so
+    a worker thread settles instead. Either way the receiver never waits on the cache."""
     grant = _current.get()
     if routed is None or grant is None or grant.released:
         forget()
@@ -944,10 +964,28 @@ def _on_request_routed(sender: Any, routed: RoutingResult | None = None, **kwarg
         return
     grant.released = True
     _current.set(None)
-    task = loop.create_task(_asettle(grant, *_amounts(*_used(routed))))
+    tokens, nano = _amounts(*_used(routed))
+    if not deferring():
+        # Sent synchronously on the loop (the async router's exit, torn down by a
+        # cancellation or a failed announcement): a task could be cancelled with its
+        # loop, losing the charge and holding the place in flight until its lease. A
+        # worker thread of the loop's executor finishes whatever happens to the loop
+        # (``asyncio.run`` waits for it).
+        loop.run_in_executor(None, _settle_quietly, grant, tokens, nano)
+        return
+    task = loop.create_task(_asettle(grant, tokens, nano))
     _settling.add(task)
     task.add_done_callback(_settling.discard)
     defer(task)  # the async router's exit awaits it: never lost to a loop's end
+
+
+def _settle_quietly(grant: Grant, tokens: int, nano: int) -> None:
+    try:
+        _settle_grant(grant, tokens, nano)
+    except Exception:  # a soft-threshold receiver: logged, the charge is made
+        logger.exception("Settling a request's budgets failed.")
+    finally:
+        close_old_connections()  # a worker thread: as _in_worker
 
 
 def _on_request_finished(sender: Any, **kwargs: Any) -> None:

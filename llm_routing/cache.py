@@ -335,7 +335,12 @@ _scripts: dict[tuple[str, str], Any] = {}
 def _script(kind: str, client: Any, source: str) -> Any:
     script = _scripts.get((kind, source))
     if script is None:
-        script = _scripts.setdefault((kind, source), client.register_script(source))
+        script = client.register_script(source)
+        # Every call passes its own client: the Script must not keep the one it was
+        # registered with (an event loop's redis.asyncio client holds that loop, its
+        # pool and its sockets).
+        script.registered_client = None
+        script = _scripts.setdefault((kind, source), script)
     return script
 
 
@@ -369,10 +374,21 @@ _ASYNC_POOL_OPTIONS = frozenset(
 )
 
 
+_LoopRef = Callable[[], "asyncio.AbstractEventLoop | None"]
+
+
+def _loop_ref(loop: asyncio.AbstractEventLoop) -> _LoopRef:
+    try:
+        return weakref.ref(loop)
+    except TypeError:  # a loop type without weak references: held until it is closed
+        return lambda: loop
+
+
 class AsyncRedis:
     """The routing store's Redis for code on the event loop: a ``redis.asyncio`` client
-    per event loop (an asyncio connection belongs to its loop), with the store's keys
-    and serializer, so values are shared with the sync path. Django's async cache
+    per event loop (an asyncio connection belongs to its loop; a closed loop's client is
+    let go), with the store's keys and serializer, so values are shared with the sync
+    path. Django's async cache
     methods would instead queue every call on one thread
     (``sync_to_async(thread_sensitive=True)``)."""
 
@@ -384,34 +400,57 @@ class AsyncRedis:
         self._options: dict[str, Any] = {
             k: v for k, v in store.options.items() if k in _ASYNC_POOL_OPTIONS and v is not None
         }
-        self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = (
-            weakref.WeakKeyDictionary()
-        )
+        # By the loop's id, with a weak reference that tells a live loop from a later
+        # one given the same id. Not a WeakKeyDictionary: a client's connections hold
+        # their loop, so its key would never die and every loop that ever used the
+        # cache (each ``asyncio.run()``, each ``async_to_sync`` call) kept its client,
+        # pool and sockets for the life of the process.
+        self._clients: dict[int, tuple[_LoopRef, Any]] = {}
         self._lock = threading.Lock()
 
     def _client(self) -> Any:
         loop = asyncio.get_running_loop()
-        client = self._clients.get(loop)
-        if client is None:
-            with self._lock:
-                client = self._clients.get(loop)
-                if client is None:
-                    import redis.asyncio  # only with a Redis cache (redis-py is optional)
+        held = self._clients.get(id(loop))
+        if held is not None and held[0]() is loop:
+            return held[1]
+        with self._lock:
+            held = self._clients.get(id(loop))
+            if held is not None and held[0]() is loop:
+                return held[1]
+            self._let_go_of_closed_loops()
+            import redis.asyncio  # only with a Redis cache (redis-py is optional)
 
-                    # A blocking pool: past its size a command waits for a connection
-                    # (at most the socket timeout) instead of failing at once, which
-                    # redis-py's default pool does past 100 commands in flight on the
-                    # loop — a loop holding hundreds of requests would put every
-                    # circuit on process-local state (tests/test_cache_async_services.py).
-                    options = dict(self._options)
-                    pool = redis.asyncio.BlockingConnectionPool.from_url(
-                        self._url,
-                        max_connections=int(options.pop("max_connections", ASYNC_POOL_SIZE)),
-                        timeout=float(options.get("socket_timeout") or ASYNC_POOL_WAIT_S),
-                        **options,
-                    )
-                    client = self._clients[loop] = redis.asyncio.Redis(connection_pool=pool)
+            # A blocking pool: past its size a command waits for a connection (at most
+            # the socket timeout) instead of failing at once, which redis-py's default
+            # pool does past 100 commands in flight on the loop — a loop holding
+            # hundreds of requests would put every circuit on process-local state
+            # (tests/test_cache_async_services.py).
+            options = dict(self._options)
+            pool = redis.asyncio.BlockingConnectionPool.from_url(
+                self._url,
+                max_connections=int(options.pop("max_connections", ASYNC_POOL_SIZE)),
+                timeout=float(options.get("socket_timeout") or ASYNC_POOL_WAIT_S),
+                **options,
+            )
+            client = redis.asyncio.Redis(connection_pool=pool)
+            self._clients[id(loop)] = (_loop_ref(loop), client)
         return client
+
+    def _let_go_of_closed_loops(self) -> None:
+        """Drop the clients of event loops that have closed or are gone (under
+        ``_lock``). Their connections cannot be closed from another loop (closing an
+        asyncio transport schedules on its own loop); dropped, they are closed by the
+        garbage collector with their transports. A process thus holds one client per
+        open loop, plus at most the clients of loops closed since a new loop last
+        asked for one."""
+        for key, (ref, _) in list(self._clients.items()):
+            owner = ref()
+            if owner is None or owner.is_closed():
+                del self._clients[key]
+
+    def loops(self) -> int:
+        """How many event loops hold a client now (for tests and diagnostics)."""
+        return len(self._clients)
 
     def client(self) -> Any:
         """This event loop's ``redis.asyncio.Redis`` (for a pipeline or a script)."""

@@ -31,6 +31,7 @@ __all__ = [
     "before_provider_call",
     "config_changed",
     "defer",
+    "deferring",
     "on_provider_fallback",
     "request_routed",
     "send",
@@ -70,6 +71,14 @@ def defer(task: asyncio.Task[Any]) -> None:
     tasks = _deferred.get()
     if tasks is not None:
         tasks.append(task)
+
+
+def deferring() -> bool:
+    """Whether a task handed to :func:`defer` now is awaited (inside an :func:`asend`).
+    A receiver sent synchronously on an event loop (:func:`send` from async code) has
+    no one to await its task: a task left running may be cancelled with its loop
+    (``asyncio.run`` cancels what is left), so such a receiver does its work otherwise."""
+    return _deferred.get() is not None
 
 
 async def asend(signal: Signal, **kwargs: Any) -> None:

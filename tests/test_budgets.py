@@ -523,23 +523,80 @@ def test_on_the_event_loop_the_answer_is_settled_by_a_task():
     import asyncio
 
     from llm_routing.router import route
+    from llm_routing.signals import asend, request_routed
     from llm_routing.types import AuditRequest
 
-    routed = route(AuditRequest(task="t", input_text="x", provider="mock"), persist=False)
+    request_ = AuditRequest(task="t", input_text="x", provider="mock")
+    routed = route(request_, persist=False)
     tokens = routed.result.usage.input_tokens + routed.result.usage.output_tokens
     budget = Budget.objects.create(name="tok", scope="global", max_tokens=10**6)
     assert budgets.check(None) is None
     assert request()[0].code == "budget_in_flight"
 
-    async def finish() -> int:
-        budgets._on_request_routed(None, routed=routed)
-        pending = len(budgets._settling)
-        await asyncio.gather(*budgets._settling)
-        return pending
+    async def finish() -> int:  # as the async router's exit announces it
+        await asend(request_routed, request_id=routed.request_id, request=request_,
+                    routed=routed)  # fmt: skip
+        return len(budgets._settling)
 
-    assert asyncio.run(finish()) == 1
+    assert asyncio.run(finish()) == 0  # the task is done: the announcement awaited it
     assert budgets.usage([budget])["tok"].tokens == tokens > 0
     assert request()[0] is None  # the place was given back, the peak is known
+
+
+def test_sent_synchronously_on_a_loop_the_settlement_outlives_the_loop():
+    """``request_routed`` sent with the synchronous ``send`` on an event loop (the async
+    router's exit when a cancellation or a failed announcement tore it down) has no
+    announcement to await a settlement task: ``asyncio.run`` cancelled that task as the
+    loop ended, so the tokens were never charged and the place in flight was held until
+    its lease (the ledger property of tests/test_issue22_ledger.py found it). A worker
+    thread of the loop's executor settles instead; ``asyncio.run`` waits for it.
+
+    The loop's executor here starts nothing before it is shut down (a busy pool), so the
+    task's call, waiting for a thread, is certainly cancelled with the loop."""
+    import asyncio
+    import concurrent.futures
+
+    class BusyPool(concurrent.futures.ThreadPoolExecutor):
+        def __init__(self) -> None:
+            super().__init__(max_workers=1)
+            self.queued: list[tuple[concurrent.futures.Future[Any], Any]] = []
+
+        def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
+            future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+            self.queued.append((future, lambda: fn(*args, **kwargs)))
+            return future
+
+        def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+            queued, self.queued = self.queued, []
+            for future, call in queued:  # what was not cancelled runs now
+                if future.set_running_or_notify_cancel():
+                    try:
+                        future.set_result(call())
+                    except Exception as exc:
+                        future.set_exception(exc)
+            super().shutdown(wait=wait, cancel_futures=cancel_futures)
+
+    from llm_routing.router import route
+    from llm_routing.signals import request_routed, send
+    from llm_routing.types import AuditRequest
+
+    request_ = AuditRequest(task="t", input_text="x", provider="mock")
+    routed = route(request_, persist=False)
+    tokens = routed.result.usage.input_tokens + routed.result.usage.output_tokens
+    budget = Budget.objects.create(name="tok", scope="global", max_tokens=10**6)
+
+    assert budgets.check(None) is None  # this request's place in flight
+    assert request()[0].code == "budget_in_flight"
+
+    async def torn_down() -> None:
+        asyncio.get_running_loop().set_default_executor(BusyPool())
+        send(request_routed, request_id=routed.request_id, request=request_, routed=routed)
+        raise asyncio.CancelledError  # the request's task was cancelled: the loop ends
+
+    with pytest.raises(asyncio.CancelledError):
+        asyncio.run(torn_down())
+    assert budgets.usage([budget])["tok"].tokens == tokens > 0
+    assert request()[0] is None  # the place was given back
 
 
 def test_an_exhausted_budget_is_named_before_one_held_by_requests_in_flight():

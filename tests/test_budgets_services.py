@@ -354,9 +354,11 @@ def test_the_async_settlement_releases_and_counts_on_redis(prefix: str, token: s
     """On an event loop (the async router) ``request_routed`` settles through
     redis.asyncio in a task: the tokens land, the place in flight is given back."""
     from llm_routing.router import route
+    from llm_routing.signals import asend, request_routed
     from llm_routing.types import AuditRequest
 
-    routed = route(AuditRequest(task="t", input_text="x", provider="mock"), persist=False)
+    request = AuditRequest(task="t", input_text="x", provider="mock")
+    routed = route(request, persist=False)
     tokens = routed.result.usage.input_tokens + routed.result.usage.output_tokens
     assert tokens > 0
     budget = Budget.objects.create(name="aset", scope="token", subject=token, max_tokens=10**6)
@@ -364,9 +366,8 @@ def test_the_async_settlement_releases_and_counts_on_redis(prefix: str, token: s
     other = contextvars.Context().run(budgets.check, None, token)  # another request
     assert other is not None and other.code == "budget_in_flight"  # the peak is unknown
 
-    async def finish() -> None:
-        budgets._on_request_routed(None, routed=routed)
-        await asyncio.gather(*budgets._settling)
+    async def finish() -> None:  # as the async router's exit announces it
+        await asend(request_routed, request_id=routed.request_id, request=request, routed=routed)
 
     asyncio.run(finish())
     assert budgets._SETTLE_LUA in scripts_loaded("async")  # the redis.asyncio path ran
@@ -376,3 +377,31 @@ def test_the_async_settlement_releases_and_counts_on_redis(prefix: str, token: s
     client = redis.Redis.from_url(REDIS_URL)
     assert not list(client.scan_iter(match=f"{prefix}:*aset*inflight"))  # released
     assert contextvars.Context().run(budgets.check, None, token) is None
+
+
+def test_the_budget_rows_read_off_the_loop_leave_no_connection_open(
+    require_services: None,
+) -> None:
+    """On the event loop, a due re-read of the budget rows (every ``ROWS_TTL_S``) runs
+    ``check`` in a worker thread of the loop's executor. That thread's connection was
+    left open: a PostgreSQL session (with the pool option, a pool slot) held by a thread
+    that outlives the request, until it was collected. Now it is closed as at the end of
+    a request (found by tests/test_issue22_ledger.py's async ledger on PostgreSQL)."""
+    from django.db.backends.signals import connection_created
+
+    Budget.objects.create(name="rows", scope="global", max_requests=10**6)
+    opened: list[Any] = []
+
+    def created(sender: Any, connection: Any, **kwargs: Any) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            opened.append(connection)
+
+    budgets.reset_cache_state()  # the rows are due for a re-read
+    connection_created.connect(created, dispatch_uid="test_rows_off_the_loop")
+    try:
+        assert asyncio.run(budgets.acheck(None)) is None
+    finally:
+        connection_created.disconnect(dispatch_uid="test_rows_off_the_loop")
+        budgets.forget()
+    assert opened, "the rows were read in a worker thread"
+    assert all(wrapper.connection is None for wrapper in opened)

@@ -5,11 +5,14 @@ semantics, and the breaker's async calls sharing circuit state with its sync cal
 from __future__ import annotations
 
 import asyncio
+import gc
+import os
 import uuid
+import weakref
 
 import pytest
 
-from llm_routing.cache import async_redis, routing_cache
+from llm_routing.cache import async_redis, raw_redis, routing_cache
 from llm_routing.resilience import breaker
 from llm_routing.types import ErrorInfo, ProviderConfig, ProviderResult
 
@@ -91,3 +94,48 @@ def test_more_commands_in_flight_than_the_pool_holds_wait_for_a_connection() -> 
 
     answers = asyncio.run(all_at_once())
     assert {type(a).__name__ for a in answers} == {"NoneType"}, answers[:3]
+
+
+def _open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def _connections_to_this_db(cache: object) -> int:
+    """Clients connected to the routing cache's Redis database (CLIENT LIST's ``db``)."""
+    client = raw_redis(cache)
+    assert client is not None
+    db = client.connection_pool.connection_kwargs.get("db", 0)
+    return sum(1 for c in client.client_list() if int(c.get("db", -1)) == int(db))
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts /proc/self/fd")
+def test_a_closed_event_loops_client_is_let_go() -> None:
+    """Each event loop gets its own redis.asyncio client (an asyncio connection belongs to
+    its loop). Keyed weakly by the loop, a client was never let go: its connections
+    hold the loop, so every ``asyncio.run()`` (every ``async_to_sync`` call, every task
+    that runs ``achat`` in its own loop) kept a client, a pool and a socket for the life
+    of the process. Now a closed loop's client is dropped when the next loop asks for
+    one: whatever the number of short loops, the clients held, the process's open files
+    and the server's connections stay put."""
+    cache = routing_cache()
+    aredis = async_redis(cache)
+    assert aredis is not None, "the services suite runs the routing cache on Redis"
+    key = f"llmr-async-loops-{uuid.uuid4().hex}"
+    loops_seen: list[weakref.ReferenceType[asyncio.AbstractEventLoop]] = []
+
+    async def use_the_cache() -> object:
+        loops_seen.append(weakref.ref(asyncio.get_running_loop()))
+        await aredis.run_script("return 1", [], [])  # a script (registered once) too
+        return await aredis.get(key)
+
+    asyncio.run(use_the_cache())  # the first loop: one client (and its socket) at most
+    gc.collect()
+    loops, fds, server = aredis.loops(), _open_fds(), _connections_to_this_db(cache)
+    for _ in range(12):
+        asyncio.run(use_the_cache())
+    gc.collect()
+    assert loops == 1 and aredis.loops() == 1  # the last loop's, closed since
+    assert _open_fds() <= fds
+    assert _connections_to_this_db(cache) <= server
+    # No closed loop is kept alive but the last (not by its client, not by a script).
+    assert [ref() is None for ref in loops_seen] == [True] * 12 + [False]

@@ -34,7 +34,7 @@ from rest_framework.response import Response
 from rest_framework.throttling import BaseThrottle
 from rest_framework.views import APIView
 
-from .. import seams, snapshot
+from .. import budgets, seams, snapshot
 from ..access import principal_for, refusal, viewer_for
 from ..conf import routing_settings
 from ..types import AuditRequest, Principal
@@ -279,7 +279,15 @@ class RoutingAPIView(APIView):
                 admitted = await in_thread(self._initial_and_admit)(drf_request)
             response = await self.aanswer(drf_request, admitted)
         except Exception as exc:
+            # A request that failed before the router's exit settled it (the
+            # configuration read raised) gives its place in flight back here: the end of
+            # the HTTP request (``request_finished``) runs in another context under ASGI
+            # and does not see the request's grant. A no-op once the exit settled it.
+            budgets.forget()
             response = self.handle_exception(exc)
+        except BaseException:  # cancelled (the client left) before the exit: the same
+            budgets.forget()
+            raise
         self.response = self.finalize_response(drf_request, response, *args, **kwargs)  # type: ignore[arg-type]
         return await _plain(self.response)
 

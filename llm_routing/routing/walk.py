@@ -209,11 +209,11 @@ def order_step(
         return members, None
     counts: dict[str, int] | None = None
     if step.strategy == "least_in_flight":
-        counts = yield CountInFlight(tuple(c.name for c in usable))
+        counts = yield from CountInFlight(tuple(c.name for c in usable))
     inputs = balance.gather(step.strategy, usable, request, rows, counts)
     ordered, pick = strategies.order(step.strategy, usable, step=index, seed=seed, inputs=inputs)
     if affinity is not None:
-        last = yield Recall(affinity)
+        last = yield from Recall(affinity)
         kept = next((c for c in ordered if c.name == last and not c.drained), None)
         if kept is not None:
             ordered = (kept, *(c for c in ordered if c is not kept))
@@ -566,15 +566,15 @@ class _Session:
             balance.observe_answer(name, result.latency_ms)
             if lease is not None and not self.request.stream:  # the call is over
                 self.leases.remove(lease)
-                yield Unlease(*lease)
+                yield from Unlease(*lease)
             self.walk.add(**_attempt_record(result, served=True), step=index)
             if done.strategy and (key := self._affinity(index)) is not None:
                 ttl = float(row.affinity_ttl_s) if row is not None else 300.0
-                yield Remember(key, name, ttl)  # the key moves with the answer
+                yield from Remember(key, name, ttl)  # the key moves with the answer
             return True
         if lease is not None:
             self.leases.remove(lease)
-            yield Unlease(*lease)
+            yield from Unlease(*lease)
         self.walk.add(**_attempt_record(result, served=False), step=index)
         category = result.error.category if result.error else "response"
         if category == "context_length" and row is not None:
@@ -634,7 +634,7 @@ class _Session:
             is_backstop = name == MOCK_PROVIDER_NAME and last_step
             lease: tuple[str, str] | None = None
             if strategy == "least_in_flight":  # held until the call (a stream) ends
-                lease = (name, (yield Lease(name)))
+                lease = (name, (yield from Lease(name)))
                 self.leases.append(lease)
             tried = [_Tried(index, candidate, row, strategy, lease)]
             after_s = None if is_backstop else self._hedge_after(attempt, adapter)
@@ -756,7 +756,7 @@ class _Session:
         )
         announce = Announce(self.request, routed)
         while self.leases:  # the places in flight this request held (quiet effects)
-            yield Unlease(*self.leases.pop())
+            yield from Unlease(*self.leases.pop())
         try:
             if persist:
                 try:
