@@ -3,6 +3,7 @@ providers (``mode = "mock"``: no network), each routed request a real walk.
 
     .venv/bin/python bench/strategies.py [--requests 10000] [--workers 2]
                                          [--conversations 500] [--clients 64]
+                                         [--hedge-requests 2000] [--only hedging]
 
 * **weighted** — a 70/20/10 step; ``--requests`` requests split over ``--workers``
   processes (each its own request ids); the share each candidate served.
@@ -14,6 +15,12 @@ providers (``mode = "mock"``: no network), each routed request a real walk.
   (``aroute``) over two candidates, one 5x slower (an adapter that sleeps 5 ms or 25 ms):
   the average calls in flight at each adapter, sampled, against the fair share (half
   of the clients): the slow one may hold at most 1.5x its fair share.
+* **hedging** — ``--hedge-requests`` requests from ``--clients`` concurrent clients on
+  the event loop over a chain of two: a primary that answers in 200 ms for 95 % of
+  calls and 8 s for 5 %, a second candidate at 300 ms (adapters that sleep). The p99
+  end-to-end latency unhedged and with ``hedge_after_ms = 400`` (target: at most 1/5),
+  upstream calls per request (target: at most 1.10), and every loser cancelled (its
+  sleep interrupted) and recorded as ``hedge_lost``.
 
 Prints a Markdown table. SQLite in memory, a LocMem cache sized for every conversation
 (``--redis-url``: Redis) — one process per worker: the weighted split needs no shared
@@ -184,6 +191,66 @@ def least_in_flight(clients: int, seconds: float) -> list[str]:
     ]
 
 
+async def _hedging(requests: int, clients: int, chain: str) -> tuple[list[float], int]:
+    """End-to-end latencies (s) and the ``hedge_lost`` attempts recorded."""
+    from llm_routing.router import aroute
+    from llm_routing.types import AuditRequest
+
+    loop = asyncio.get_running_loop()
+    todo = iter(range(requests))
+    latencies: list[float] = []
+    lost = 0
+
+    async def client() -> None:
+        nonlocal lost
+        for i in todo:
+            request = AuditRequest(task="t", input_text=f"slow {i}" if i % 20 == 0 else "x",
+                                   chain=chain)  # fmt: skip
+            start = loop.time()
+            routed = await aroute(request, persist=False)
+            latencies.append(loop.time() - start)
+            assert routed.result.ok, routed.result.error
+            lost += sum(a.outcome == "hedge_lost" for a in routed.metadata.attempts)
+
+    await asyncio.gather(*(client() for _ in range(clients)))
+    return sorted(latencies), lost
+
+
+def hedging(requests: int, clients: int) -> list[str]:
+    from asgiref.sync import async_to_sync
+
+    from llm_routing import snapshot
+    from llm_routing.models import Chain, ChainEntry, Provider
+
+    providers = [
+        Provider.objects.create(name=name, kind="bench_tail", model=name)
+        for name in ("tail", "steady")
+    ]
+    for chain, hedge in (("unhedged", ""), ("hedged", "400")):
+        row = Chain.objects.create(name=chain, hedge_after_ms=hedge)
+        for position, provider in enumerate(providers):
+            ChainEntry.objects.create(chain=row, provider=provider, position=position)
+    snapshot.current()
+    out = []
+    for chain in ("unhedged", "hedged"):
+        TailProvider.calls.clear()
+        TailProvider.cancelled = 0
+        latencies, lost = async_to_sync(_hedging)(requests, clients, chain)
+        p99 = latencies[max(0, int(0.99 * len(latencies)) - 1)]
+        calls = sum(TailProvider.calls.values())
+        out.append((chain, p99, calls / requests, lost, TailProvider.cancelled))
+    (_, p99_plain, _, _, _), (_, p99_hedged, per_request, lost, cancelled) = out
+    ok = p99_hedged <= p99_plain / 5 and per_request <= 1.10 and lost == cancelled
+    return [
+        f"| hedging, {requests} requests, {clients} clients, primary 200 ms (95 %) / 8 s "
+        f"(5 %), second 300 ms, hedge_after_ms = 400 | p99 unhedged {p99_plain:.2f} s, "
+        f"hedged {p99_hedged:.2f} s; upstream calls per request {per_request:.3f}; losers "
+        f"cancelled {cancelled}, recorded hedge_lost {lost} | p99 hedged / unhedged = "
+        f"{p99_hedged / p99_plain:.2f} (target <= 0.20), calls per request <= 1.10 | "
+        f"{'yes' if ok else 'NO'} |"
+    ]
+
+
 def _register() -> None:
     from llm_routing.providers import registry
     from llm_routing.providers.base import BaseProvider
@@ -214,11 +281,37 @@ def _register() -> None:
                 SleepyProvider.in_flight[name] -= 1
             return self.complete(request, api_key=api_key, timeout=timeout)
 
+    global TailProvider
+
+    class TailProvider(InstantProvider):
+        """``tail``: 200 ms, or 8 s for an input starting "slow" (5 % of the bench's
+        requests); ``steady``: 300 ms. Counts calls and cancellations."""
+
+        kind: ClassVar[str] = "bench_tail"
+        calls: ClassVar[Counter[str]] = Counter()
+        cancelled: ClassVar[int] = 0
+
+        async def acomplete(self, request: Any, *, api_key: Any, timeout: float) -> Any:
+            name = self.config.name
+            TailProvider.calls[name] += 1
+            if name == "steady":
+                delay = 0.3
+            else:
+                delay = 8.0 if request.input_text.startswith("slow") else 0.2
+            try:
+                await asyncio.sleep(delay)
+            except asyncio.CancelledError:
+                TailProvider.cancelled += 1
+                raise
+            return self.complete(request, api_key=api_key, timeout=timeout)
+
     registry.register("bench_instant", InstantProvider)
     registry.register("bench_sleepy", SleepyProvider)
+    registry.register("bench_tail", TailProvider)
 
 
 SleepyProvider: Any = None
+TailProvider: Any = None
 
 
 def main() -> None:
@@ -228,18 +321,26 @@ def main() -> None:
     parser.add_argument("--conversations", type=int, default=500)
     parser.add_argument("--clients", type=int, default=64)
     parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--hedge-requests", type=int, default=2000)
+    parser.add_argument("--hedge-clients", type=int, default=200)
+    parser.add_argument("--only", choices=["weighted", "affinity", "least_in_flight", "hedging"])
     parser.add_argument("--redis-url", help="the routing cache on this Redis (else LocMem)")
     args = parser.parse_args()
     if args.redis_url:
         os.environ["CACHE_URL"] = args.redis_url
-    rows = weighted(args.requests, args.workers)
+    wanted = {args.only} if args.only else {"weighted", "affinity", "least_in_flight", "hedging"}
+    rows = weighted(args.requests, args.workers) if "weighted" in wanted else []
     _setup()
     from django.core.cache import caches
 
     caches["default"].clear()  # no circuit or affinity left by an earlier run
     _register()
-    rows += affinity(args.conversations)
-    rows += least_in_flight(args.clients, args.seconds)
+    if "affinity" in wanted:
+        rows += affinity(args.conversations)
+    if "least_in_flight" in wanted:
+        rows += least_in_flight(args.clients, args.seconds)
+    if "hedging" in wanted:
+        rows += hedging(args.hedge_requests, args.hedge_clients)
     print(f"load average {os.getloadavg()[0]:.1f}, run {uuid.uuid4().hex[:8]}\n")
     print("| run | measured | figure | target met |\n|---|---|---|---|")
     print("\n".join(rows))

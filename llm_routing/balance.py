@@ -29,6 +29,7 @@ import math
 import threading
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -55,7 +56,9 @@ __all__ = [
     "gather",
     "latencies",
     "lease_s",
+    "observe_answer",
     "observe_latency",
+    "p95",
     "reset",
 ]
 
@@ -286,6 +289,32 @@ def observe_latency(name: str, latency_ms: float, *, ok: bool) -> None:
         _latency[name] = (value, now)
 
 
+#: Hedging's ``p95``: the last :data:`P95_SAMPLES` successful latencies per provider,
+#: per process; below :data:`P95_MIN_SAMPLES` of them there is no p95 (no hedge).
+P95_SAMPLES = 64
+P95_MIN_SAMPLES = 20
+_recent: dict[str, deque[float]] = {}
+
+
+def observe_answer(name: str, latency_ms: float) -> None:
+    """Feed one successful call's latency into ``name``'s ring (for :func:`p95`)."""
+    with _latency_lock:
+        ring = _recent.get(name)
+        if ring is None:
+            ring = _recent[name] = deque(maxlen=P95_SAMPLES)
+        ring.append(latency_ms)
+
+
+def p95(name: str) -> float | None:
+    """The 95th percentile (nearest rank) of ``name``'s recent successful latencies in
+    this process, in ms; None with fewer than :data:`P95_MIN_SAMPLES`."""
+    with _latency_lock:
+        samples = sorted(_recent.get(name, ()))
+    if len(samples) < P95_MIN_SAMPLES:
+        return None
+    return samples[max(0, math.ceil(0.95 * len(samples)) - 1)]
+
+
 def latencies(names: Iterable[str]) -> dict[str, float | None]:
     """The current peak-EWMA per provider (None: no sample in this process yet)."""
     return {n: (v[0] if (v := _latency.get(n)) is not None else None) for n in names}
@@ -344,5 +373,6 @@ def reset() -> None:
     """Forget this process's latencies and local leases. For tests."""
     with _latency_lock:
         _latency.clear()
+        _recent.clear()
     with _local.lock:
         _local.leases.clear()

@@ -15,6 +15,8 @@ llm_routing.W003      write-behind recording without SPOOL_DIR (refused batches 
 llm_routing.W004      ASYNC_HTTP_TRANSPORT is "aiohttp" but httpx-aiohttp cannot be
                       imported: the async upstream client uses httpcore
 llm_routing.W005      a step of several entries whose enabled weights sum to 0 (drained)
+llm_routing.W006      a chain hedges (hedge_after_ms) but has one usable candidate: there
+                      is nobody to hedge with
 llm_routing.I001      no default chain in the database and no DEFAULT_CHAIN setting
 llm_routing.W010      httpx / httpcore debug logging is on (it logs request headers)
 llm_routing.E010      HTTP_MAX_CONNECTIONS / HTTP_MAX_KEEPALIVE are not usable pool limits
@@ -24,7 +26,7 @@ llm_routing.W020-028  a private seam of Django/asgiref/DRF/httpcore moved: its
                       fallback is in use (llm_routing.seams)
 ====================  ==========================================================
 
-E003, E004, W001, W002, W005 and I001 read the configuration rows. They are registered with
+E003, E004, W001, W002, W005, W006 and I001 read the configuration rows. They are registered with
 the ``database`` tag, so they run on ``manage.py check --database default``, before
 ``migrate`` applies migrations (they skip silently while the tables do not exist yet)
 and in ``manage.py llm_routing_check``; plain ``manage.py check`` never opens a
@@ -115,6 +117,12 @@ MESSAGES: dict[str, tuple[str, str]] = {
         "of it is drained.",
         "Give at least one enabled entry of the step a positive weight; until then the "
         "walk skips the whole step (drained) and goes on to the next (docs/strategies.md).",
+    ),
+    "W006": (
+        "Chain {name!r} hedges (hedge_after_ms = {hedge}) but has {count} usable candidate: "
+        "there is nobody to hedge with.",
+        "Add a second enabled entry to the chain, or clear hedge_after_ms; the mock "
+        "backstop is never a hedge (docs/strategies.md).",
     ),
     "I001": (
         "No default chain is configured.",
@@ -261,7 +269,7 @@ def _tables_exist(alias: str, *tables: str) -> bool:
 def check_configuration_rows(
     app_configs: Any = None, databases: Any = None, **kwargs: Any
 ) -> list[checks.CheckMessage]:
-    """Checks over Provider/Chain rows: E003, E004, W001, W002, W005, I001."""
+    """Checks over Provider/Chain rows: E003, E004, W001, W002, W005, W006, I001."""
     from .models import Chain, ChainEntry, Provider, group_steps
 
     alias = router.db_for_read(Provider) or "default"
@@ -283,6 +291,12 @@ def check_configuration_rows(
             if not usable:
                 detail = "" if chain.entries.all() else " (it has no entries)"
                 messages.append(_message(checks.Warning, "W002", name=chain.name, detail=detail))
+            real = {(e.provider.name, e.model) for e in usable if e.provider.kind != "mock"}
+            if chain.hedge_after_ms and len(real) < 2:
+                messages.append(
+                    _message(checks.Warning, "W006", name=chain.name,
+                             hedge=chain.hedge_after_ms, count=len(real))
+                )  # fmt: skip
             entries = sorted(chain.entries.all(), key=lambda e: e.position)
             for number, step in enumerate(group_steps(entries)):
                 live = [e for e in step if e.enabled]

@@ -72,7 +72,7 @@ from django.db import IntegrityError, models, transaction
 
 from .boundary import problems
 from .conf import routing_settings
-from .models import Budget, Chain, ChainEntry, Provider, RoutingRule, group_steps
+from .models import Budget, Chain, ChainEntry, HedgeAfterField, Provider, RoutingRule, group_steps
 from .strategies import STRATEGIES
 
 __all__ = [
@@ -180,6 +180,13 @@ def _default(f: models.Field[Any, Any]) -> Any:
 
 def _coerce(f: models.Field[Any, Any], value: Any, path: str, errors: list[str]) -> Any:
     """Check a TOML value against a model field's Python type."""
+    if isinstance(f, HedgeAfterField):  # a number of milliseconds or "p95"
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return str(value)
+        if value == "p95":
+            return value
+        errors.append(f'{path}: expected a whole number of milliseconds or "p95".')
+        return None
     if isinstance(f, models.BooleanField):
         if isinstance(value, bool):
             return value
@@ -721,6 +728,8 @@ def _canonical_table(model: type[models.Model], values: Mapping[str, Any]) -> di
     for f in _scalar_fields(model):
         value = values.get(f.name)
         if value != _default(f):
+            if isinstance(f, HedgeAfterField) and isinstance(value, str) and value.isdigit():
+                value = int(value)  # hedge_after_ms: a number stays a number
             out[f.name] = value
     return out
 

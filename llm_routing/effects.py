@@ -34,6 +34,8 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
+import queue
+import threading
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Generator, Iterator
 from dataclasses import dataclass
@@ -51,6 +53,8 @@ __all__ = [
     "Emit",
     "NextEvent",
     "OpenStream",
+    "Race",
+    "Raced",
     "Sleep",
     "Sleeper",
     "Steps",
@@ -248,6 +252,135 @@ class Emit(Effect[None]):
         raise TypeError("Emit is a stream driver's yield, not an executable effect.")
 
 
+@dataclass(frozen=True, slots=True)
+class Raced:
+    """What a :class:`Race` answers. ``results``: each side's ProviderResult, or the
+    Exception its core raised, or None — the second never started, or the side was
+    cancelled because the other answered first (the loser). ``winner``: the side whose
+    successful answer came first (None: neither answered successfully, or the first
+    ended before the second was due). ``hedged``: the second started. ``lost_ms``: how
+    long the cancelled loser ran."""
+
+    results: tuple[ProviderResult | Exception | None, ProviderResult | Exception | None]
+    winner: int | None = None
+    hedged: bool = False
+    lost_ms: float = 0.0
+
+
+def _ok(outcome: ProviderResult | BaseException | None) -> bool:
+    return isinstance(outcome, ProviderResult) and outcome.ok
+
+
+@dataclass(frozen=True, slots=True)
+class Race(Effect[Raced]):
+    """A hedged attempt → :class:`Raced`. Run the core ``first`` (one candidate's call,
+    a generator of effects returning a ProviderResult); if it has not ended after
+    ``after_s`` seconds, run ``second`` beside it. The first *successful* answer wins
+    and the other side is cancelled: on the event loop its task is cancelled (its
+    upstream request with it; its core unwinds through :class:`ClientGone`); on the
+    sync trampoline each side runs in a worker thread, and a loser blocked in its
+    upstream call cannot be interrupted — its thread ends the call in the background,
+    then unwinds its core (its result is never used). A side that fails leaves the
+    other running to its end."""
+
+    first: Steps[ProviderResult]
+    second: Steps[ProviderResult]
+    after_s: float
+
+    def run(self, ctx: Context) -> Raced:
+        outcomes: queue.Queue[tuple[int, ProviderResult | Exception]] = queue.Queue()
+        stop = (threading.Event(), threading.Event())
+        started: dict[int, float] = {}
+
+        def side(index: int, core: Steps[ProviderResult]) -> None:
+            try:
+                outcome: ProviderResult | Exception = _drive_until(core, ctx, stop[index])
+            except ClientGone:
+                return  # cancelled: nobody waits for it
+            except Exception as exc:
+                outcome = exc
+            except BaseException as exc:  # never leave the waiting thread hanging
+                outcome = RuntimeError(f"A hedged call ended with {type(exc).__name__}.")
+            outcomes.put((index, outcome))
+
+        def start(index: int, core: Steps[ProviderResult]) -> None:
+            started[index] = time.perf_counter()
+            runner = contextvars.copy_context().run
+            threading.Thread(target=runner, args=(side, index, core), daemon=True).start()
+
+        results: list[ProviderResult | Exception | None] = [None, None]
+        start(0, self.first)
+        try:
+            index, outcome = outcomes.get(timeout=self.after_s)
+        except queue.Empty:
+            pass
+        else:  # the first ended before the hedge was due (the second never runs)
+            results[0] = outcome
+            return Raced(results=(results[0], None), winner=0 if _ok(outcome) else None)
+        start(1, self.second)
+        while True:
+            index, outcome = outcomes.get()
+            results[index] = outcome
+            other = 1 - index
+            if _ok(outcome) and results[other] is None:
+                stop[other].set()
+                lost_ms = (time.perf_counter() - started[other]) * 1000
+                return Raced(results=(results[0], results[1]), winner=index, hedged=True,
+                             lost_ms=lost_ms)  # fmt: skip
+            if results[other] is not None:  # both ended
+                won = index if _ok(outcome) else (other if _ok(results[other]) else None)
+                return Raced(results=(results[0], results[1]), winner=won, hedged=True)
+
+    async def arun(self, ctx: Context) -> Raced:
+        started: dict[int, float] = {}
+        tasks: dict[asyncio.Task[ProviderResult | Emit], int] = {}
+        results: list[ProviderResult | Exception | None] = [None, None]
+
+        def start(index: int, core: Steps[ProviderResult]) -> None:
+            started[index] = time.perf_counter()
+            tasks[asyncio.ensure_future(_adrive(core, ctx))] = index
+
+        def outcome_of(task: asyncio.Task[ProviderResult | Emit]) -> ProviderResult | Exception:
+            exc = task.exception()
+            if exc is None:
+                done = task.result()
+                return done if isinstance(done, ProviderResult) else TypeError(_NOT_A_STREAM)
+            if isinstance(exc, Exception):
+                return exc
+            raise exc
+
+        start(0, self.first)
+        try:
+            done, _ = await asyncio.wait(set(tasks), timeout=self.after_s)
+            if done:  # the first ended before the hedge was due (the second never runs)
+                outcome = outcome_of(done.pop())
+                return Raced(results=(outcome, None), winner=0 if _ok(outcome) else None)
+            start(1, self.second)
+            pending = set(tasks)
+            while pending:
+                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                for task in done:
+                    results[tasks[task]] = outcome_of(task)
+                winners = [tasks[t] for t in done if _ok(results[tasks[t]])]
+                if winners and pending:  # cancel the loser, wait for its cleanup
+                    loser = pending.pop()
+                    loser.cancel()
+                    lost_ms = (time.perf_counter() - started[tasks[loser]]) * 1000
+                    await asyncio.wait({loser})
+                    return Raced(results=(results[0], results[1]), winner=winners[0],
+                                 hedged=True, lost_ms=lost_ms)  # fmt: skip
+            ok = [i for i in (0, 1) if _ok(results[i])]
+            return Raced(results=(results[0], results[1]), winner=ok[0] if ok else None,
+                         hedged=True)  # fmt: skip
+        finally:
+            for task in tasks:  # torn down (cancelled): each side unwinds
+                if not task.done():
+                    task.cancel()
+            leftover = [t for t in tasks if not t.done()]
+            if leftover:
+                await asyncio.wait(leftover)
+
+
 # --- the trampolines ------------------------------------------------------------------------
 
 
@@ -328,6 +461,27 @@ def _drive(core: Steps[T], ctx: Context, *, gone: bool = False) -> T | Emit:
         except BaseException as err:
             run.failed(effect, err)
     return run.done
+
+
+def _drive_until(core: Steps[T], ctx: Context, stop: threading.Event) -> T:
+    """:func:`_drive` for a :class:`Race` side in a worker thread: once ``stop`` is set
+    (the other side won), the core gets :class:`ClientGone` at its next yield, runs its
+    cleanup, and ClientGone is raised."""
+    run = _Core(core, False)
+    while (effect := run.next_effect()) is not None:
+        try:
+            run.value = effect.run(ctx)
+        except BaseException as err:
+            run.failed(effect, err)
+        if stop.is_set() and not run.gone:
+            run.gone, run.value, run.exc = True, None, ClientGone()
+    done = run.done
+    if isinstance(done, Emit):
+        _unwind(core, ctx)
+        raise TypeError(_NOT_A_STREAM)
+    if run.gone:
+        raise ClientGone()
+    return done
 
 
 def _unwind(core: Steps[object], ctx: Context) -> None:

@@ -77,6 +77,7 @@ SKIP_REASONS = frozenset(
 )
 FALLBACK_REASONS = ERROR_CATEGORIES | SKIP_REASONS | {"no_chain", "continuation"}
 OUTCOMES = frozenset({"ok", "fallback", "error"})
+HEDGE_OUTCOMES = frozenset({"won", "lost", "failed", "skipped"})
 #: Skips decided before the row was looked up: the name may be any caller's text.
 UNCHECKED_SKIPS = frozenset({"not_allowed", "unknown_provider"})
 OTHER = "other"
@@ -154,6 +155,14 @@ PICKS = Counter(
     "Picks of a step of several candidates (docs/strategies.md): which candidate its "
     "strategy put first, and why.",
     ("chain", "step", "strategy", "provider", "reason"),
+    registry=REGISTRY,
+)
+HEDGES = Counter(
+    "llm_routing_hedges_total",
+    "Hedged requests (docs/strategies.md) by outcome: won (the hedge answered first), "
+    "lost (the first attempt did), failed (neither answered), skipped (a hedge was due "
+    "but the deadline or the attempt budget could not afford it).",
+    ("chain", "outcome"),
     registry=REGISTRY,
 )
 FALLBACKS = Counter(
@@ -245,6 +254,7 @@ _attempts = _Children(ATTEMPTS)
 _skips = _Children(SKIPS)
 _fallbacks = _Children(FALLBACKS)
 _picks = _Children(PICKS)
+_hedges = _Children(HEDGES)
 _tokens_total = _Children(TOKENS)
 _cost = _Children(COST)
 _operation_duration = _Children(OPERATION_DURATION)
@@ -276,6 +286,8 @@ def observe(request: AuditRequest, routed: RoutingResult) -> None:
                 str(pick["picked"]),
                 str(pick["reason"]),
             ).inc()
+    if meta.hedge is not None:
+        _hedges(meta.chain_name or "", _bounded(meta.hedge, HEDGE_OUTCOMES) or OTHER).inc()
     earlier_ms = 0.0
     for attempt, cost in zip(attempts, costs, strict=True):
         source = sources.get(attempt.provider)
@@ -285,6 +297,8 @@ def observe(request: AuditRequest, routed: RoutingResult) -> None:
             known = source is not None or attempt.reason not in UNCHECKED_SKIPS
             provider = attempt.provider if known else OTHER
             _skips(provider, _bounded(attempt.reason, SKIP_REASONS) or OTHER).inc()
+            continue
+        if attempt.outcome == "hedge_skipped":  # no call: counted in llm_routing_hedges_total
             continue
         provider = attempt.provider  # attempted: it had a row (or is the mock)
         category = _bounded(attempt.error_category, ERROR_CATEGORIES)

@@ -284,6 +284,22 @@ class Provider(models.Model):
         )
 
 
+def validate_hedge_after(value: str) -> None:
+    """A chain's ``hedge_after_ms``: empty, ``p95`` or a whole number of milliseconds
+    from 1 to 600000."""
+    if value in {"", "p95"}:
+        return
+    if not value.isdigit() or not 1 <= int(value) <= 600_000:
+        raise ValidationError(
+            "Enter a whole number of milliseconds (1 to 600000), 'p95', or leave it empty."
+        )
+
+
+class HedgeAfterField(models.CharField):
+    """Stored as text ("", "400", "p95"); the config file writes a number as a number
+    (:mod:`llm_routing.config_io`)."""
+
+
 class Chain(models.Model):
     name = models.SlugField(max_length=64, unique=True)
     description = models.TextField(blank=True)
@@ -310,6 +326,16 @@ class Chain(models.Model):
         help_text="Use the OpenAI 'user' field as the affinity key when a request carries "
         "none (X-LLM-Affinity, 'affinity'): a user's requests return to the candidate "
         "that served them last, where the prompt cache is warm.",
+    )
+    hedge_after_ms = HedgeAfterField(
+        max_length=8,
+        blank=True,
+        default="",
+        validators=[validate_hedge_after],
+        help_text="Hedged requests: when the first attempt has not answered after this many "
+        "milliseconds (a number), or after the primary's recent 95th-percentile latency "
+        "('p95'), the next candidate starts too and the first answer wins. Empty: no "
+        "hedging.",
     )
     # Who may use the chain (docs/operations.md "Who may route where"): both empty →
     # everyone; otherwise only these users and the members of these groups.
@@ -482,12 +508,14 @@ class Attempt(models.Model):
         OK = "ok", "ok"
         ERROR = "error", "error"
         SKIPPED = "skipped", "skipped"
+        HEDGE_LOST = "hedge_lost", "hedge lost"  # cancelled: the other side answered first
+        HEDGE_SKIPPED = "hedge_skipped", "hedge skipped"  # a hedge was due, not affordable
 
     decision = models.ForeignKey(RoutingDecision, on_delete=models.CASCADE, related_name="attempts")
     index = models.PositiveSmallIntegerField()
     provider = models.CharField(max_length=64)
     model = models.CharField(max_length=128, blank=True)
-    outcome = models.CharField(max_length=8, choices=Outcome.choices)
+    outcome = models.CharField(max_length=16, choices=Outcome.choices)
     reason = models.CharField(max_length=32, blank=True)
     error_category = models.CharField(max_length=32, blank=True)
     http_status = models.PositiveSmallIntegerField(null=True, blank=True)

@@ -115,6 +115,7 @@ class ChainSpec:
     stream_mode: str = "direct"
     mock_backstop: bool = False
     affinity_from_user: bool = False
+    hedge_after_ms: str = ""  # "", a number of milliseconds, or "p95" (docs/strategies.md)
     entries: tuple[EntrySpec, ...] = ()  # every entry, in position order
     allowed_user_ids: frozenset[Any] = frozenset()
     allowed_group_ids: frozenset[Any] = frozenset()
@@ -242,6 +243,7 @@ def build(version: str | None = None, *, using: str | None = None) -> ConfigSnap
             stream_mode=c.stream_mode,
             mock_backstop=c.mock_backstop,
             affinity_from_user=c.affinity_from_user,
+            hedge_after_ms=c.hedge_after_ms,
             entries=tuple(entries.get(c.pk, ())),
             grouped=_steps(entries.get(c.pk, ())),
             allowed_user_ids=frozenset(users.get(c.pk, ())),

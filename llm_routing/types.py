@@ -50,7 +50,7 @@ MOCK_PROVIDER_NAME = "mock"
 
 Mode = Literal["live", "mock", "disabled", "error"]
 Status = Literal["ok", "fallback", "error"]
-Outcome = Literal["ok", "error", "skipped"]
+Outcome = Literal["ok", "error", "skipped", "hedge_lost", "hedge_skipped"]
 RouterMode = Literal["explicit", "chain", "default", "rule", "forced"]
 Role = Literal["system", "developer", "user", "assistant", "tool"]
 
@@ -541,10 +541,12 @@ class RoutingMetadata:
     # Per step of several candidates that the walk reached: how its strategy ordered
     # them (llm_routing.strategies.Pick.to_dict()).
     picks: tuple[Mapping[str, Any], ...] = ()
+    # Hedging (docs/strategies.md): won, lost, failed or skipped; None: no hedge was due.
+    hedge: str | None = None
 
     @property
     def attempted_providers(self) -> list[str]:
-        return [a.provider for a in self.attempts if a.outcome != "skipped"]
+        return [a.provider for a in self.attempts if a.outcome not in ("skipped", "hedge_skipped")]
 
     @property
     def skipped_providers(self) -> list[dict[str, str | None]]:
@@ -570,6 +572,7 @@ class RoutingMetadata:
             "fallback_used": self.fallback_used,
             "fallback_reason": self.fallback_reason,
             "picks": [dict(p) for p in self.picks],
+            "hedge": self.hedge,
         }
 
 

@@ -256,3 +256,17 @@ def test_a_step_with_two_strategies_is_a_form_error(admin_client, three):
     assert "Step 3 has entries with different strategies (cost, latency)" in (
         response.content.decode()
     )
+
+
+def test_hedge_after_ms_is_edited_on_the_chain_page(admin_client, three):
+    chain, _providers, entries = three
+    rows = [{"id": e.pk, "position": e.position, "provider": e.provider_id} for e in entries]
+    page = admin_client.get(reverse("admin:llm_routing_chain_change", args=[chain.pk]))
+    assert b'name="hedge_after_ms"' in page.content
+    assert post(admin_client, chain, rows, hedge_after_ms="p95").status_code == 302
+    assert Chain.objects.get(pk=chain.pk).hedge_after_ms == "p95"
+    assert post(admin_client, chain, rows, hedge_after_ms="400").status_code == 302
+    assert Chain.objects.get(pk=chain.pk).hedge_after_ms == "400"
+    refused = post(admin_client, chain, rows, hedge_after_ms="fast")
+    assert refused.status_code == 200 and b"milliseconds" in refused.content
+    assert Chain.objects.get(pk=chain.pk).hedge_after_ms == "400"

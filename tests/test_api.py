@@ -24,7 +24,7 @@ RESULT_KEYS = {
 META_KEYS = {
     "request_id", "router_mode", "route", "rule", "chain_name", "requested_provider",
     "selected_provider", "chain", "attempted_providers", "skipped_providers", "attempts",
-    "fallback_used", "fallback_reason", "cost_usd", "picks",
+    "fallback_used", "fallback_reason", "cost_usd", "picks", "hedge",
 }  # fmt: skip
 ATTEMPT_KEYS = {
     "provider", "model", "step", "outcome", "error_category", "http_status", "transient",

@@ -244,3 +244,18 @@ def test_w005_a_step_whose_weights_sum_to_zero() -> None:
     assert "'spread': step 0 (weighted)" in w005.msg and w005.level == checks.WARNING
     ChainEntry.objects.filter(provider=b).update(weight=0.01)
     assert "llm_routing.W005" not in ids(rows())
+
+
+@pytest.mark.django_db
+def test_w006_hedging_on_a_chain_of_one() -> None:
+    a = Provider.objects.create(name="a", kind="openai_compatible", base_url="https://a.example/v1")
+    chain = Chain.objects.create(name="solo", hedge_after_ms="400")
+    ChainEntry.objects.create(chain=chain, provider=a, position=0)
+    (w006,) = [m for m in rows() if m.id == "llm_routing.W006"]
+    assert "'solo' hedges (hedge_after_ms = 400)" in w006.msg and w006.level == checks.WARNING
+    b = Provider.objects.create(name="b", kind="openai_compatible", base_url="https://b.example/v1")
+    ChainEntry.objects.create(chain=chain, provider=b, position=1)
+    assert "llm_routing.W006" not in ids(rows())
+    Chain.objects.filter(pk=chain.pk).update(hedge_after_ms="")
+    ChainEntry.objects.filter(provider=b).delete()
+    assert "llm_routing.W006" not in ids(rows())

@@ -113,3 +113,50 @@ def test_bad_steps_are_refused(entries: str, message: str):
     with pytest.raises(ConfigError) as info:
         apply(base + f"[chains.bad]\nentries = {entries}\n")
     assert message in str(info.value)
+
+
+HEDGED = """\
+# django-llm-routing configuration (format version 1), written by llm_routing_export.
+# Keys never appear here: api_key_env names the environment variable that holds one.
+
+version = 1
+
+[providers.a]
+kind = "openai"
+model = "gpt-4o-mini"
+api_key_env = "OPENAI_KEY_1"
+
+[providers.b]
+kind = "openai"
+model = "gpt-4o-mini"
+api_key_env = "OPENAI_KEY_2"
+
+[chains.main]
+is_default = true
+hedge_after_ms = {hedge}
+entries = [
+    "a",
+    "b",
+]
+"""
+
+
+@pytest.mark.parametrize(("hedge", "stored"), [("400", "400"), ('"p95"', "p95")])
+def test_hedge_after_ms_applies_and_exports_byte_for_byte(hedge: str, stored: str) -> None:
+    text = HEDGED.replace("{hedge}", hedge)
+    apply(text)
+    assert Chain.objects.get(name="main").hedge_after_ms == stored
+    assert export() == text
+    assert apply(text) == []  # nothing to change
+
+
+@pytest.mark.parametrize("hedge", ['"400"', "0", "-5", '"p99"', "true", "1.5", "700000"])
+def test_hedge_after_ms_refuses_anything_but_milliseconds_or_p95(hedge: str) -> None:
+    with pytest.raises(ConfigError):
+        apply(HEDGED.replace("{hedge}", hedge))
+
+
+def test_no_hedge_after_ms_is_not_written() -> None:
+    apply(HEDGED.replace("hedge_after_ms = {hedge}\n", ""))
+    assert Chain.objects.get(name="main").hedge_after_ms == ""
+    assert "hedge_after_ms" not in export()

@@ -542,3 +542,103 @@ def test_each_effect_runs_once(drive: Callable[[Steps[Any]], Any]) -> None:
         return out
 
     assert drive(core()) == [1, 2, 3]
+
+
+# --- Race: a hedged attempt on either trampoline ----------------------------------------
+
+
+def _side(name: str, seconds: float, log: list[str], *, ok: bool = True) -> Steps[Any]:
+    from llm_routing.types import ErrorInfo, ProviderResult
+
+    log.append(f"{name} started")
+    try:
+        yield from effects.Sleep(seconds)
+    except effects.ClientGone:
+        log.append(f"{name} cancelled")
+        raise
+    log.append(f"{name} ended")
+    error = None if ok else ErrorInfo(category="server_error", message="no")
+    return ProviderResult(provider=name, model="", mode="live", status="ok" if ok else "error",
+                          error=error)  # fmt: skip
+
+
+def _race(first: Steps[Any], second: Steps[Any], after_s: float) -> Steps[Any]:
+    return (yield from effects.Race(first, second, after_s))
+
+
+def _drive_race(trampoline: str, core: Steps[Any]) -> Any:
+    if trampoline == "sync":
+        return effects.run(core)
+    return asyncio.run(effects.arun(core))
+
+
+@pytest.mark.parametrize("trampoline", ["sync", "async"])
+def test_race_the_second_wins_and_the_first_is_cancelled(trampoline: str) -> None:
+    log: list[str] = []
+    raced = _drive_race(trampoline, _race(_side("a", 3.0, log), _side("b", 0.05, log), 0.1))
+    assert (raced.winner, raced.hedged) == (1, True)
+    assert raced.results[0] is None and raced.results[1].provider == "b"
+    assert raced.lost_ms >= 100  # the loser ran from its start until b answered
+    assert set(log[:2]) == {"a started", "b started"} and log[2] == "b ended"
+    if trampoline == "async":  # the loser's task unwound at once
+        assert log[3:] == ["a cancelled"]
+    else:  # the loser's thread is still asleep: it unwinds when it wakes
+        assert log[3:] == []
+
+
+@pytest.mark.parametrize("trampoline", ["sync", "async"])
+def test_race_without_a_hedge_when_the_first_ends_in_time(trampoline: str) -> None:
+    log: list[str] = []
+    raced = _drive_race(trampoline, _race(_side("a", 0.05, log), _side("b", 0.05, log), 3.0))
+    assert (raced.winner, raced.hedged, raced.results[1]) == (0, False, None)
+    assert raced.lost_ms == 0.0
+    assert log == ["a started", "a ended"]  # the second core never ran
+
+
+@pytest.mark.parametrize("trampoline", ["sync", "async"])
+def test_race_a_failed_side_leaves_the_other_to_its_end(trampoline: str) -> None:
+    log: list[str] = []
+    first = _side("a", 0.3, log, ok=False)
+    raced = _drive_race(trampoline, _race(first, _side("b", 1.0, log), 0.05))
+    assert (raced.winner, raced.hedged) == (1, True)
+    assert [r.provider for r in raced.results] == ["a", "b"]
+    assert set(log[:2]) == {"a started", "b started"} and log[2:] == ["a ended", "b ended"]
+
+
+class _Torn(BaseException):
+    """Not an Exception: what tears a driver down."""
+
+
+def _raising(exc: BaseException) -> Steps[Any]:
+    yield from effects.Sleep(0.01)
+    raise exc
+
+
+def _emitting() -> Steps[Any]:
+    yield effects.Emit("chunk")
+    return None
+
+
+@pytest.mark.parametrize("trampoline", ["sync", "async"])
+def test_race_a_side_that_raises_or_emits_is_its_outcome(trampoline: str) -> None:
+    log: list[str] = []
+    raced = _drive_race(trampoline, _race(_raising(ValueError("bug")), _side("b", 0.05, log), 3))
+    assert isinstance(raced.results[0], ValueError) and raced.winner is None
+    assert (raced.hedged, raced.results[1], log) == (False, None, [])
+    raced = _drive_race(trampoline, _race(_emitting(), _side("b", 0.05, log), 3.0))
+    assert isinstance(raced.results[0], TypeError) and raced.winner is None
+
+
+def test_race_a_sync_side_torn_down_ends_the_race_with_an_error() -> None:
+    log: list[str] = []
+    raced = effects.run(_race(_raising(_Torn()), _side("b", 0.05, log), 3.0))
+    assert isinstance(raced.results[0], RuntimeError) and "_Torn" in str(raced.results[0])
+
+
+@pytest.mark.parametrize("trampoline", ["sync", "async"])
+def test_race_the_first_wins_after_the_hedge_started(trampoline: str) -> None:
+    log: list[str] = []
+    raced = _drive_race(trampoline, _race(_side("a", 0.3, log), _side("b", 3.0, log), 0.05))
+    assert (raced.winner, raced.hedged) == (0, True)
+    assert raced.results[0].provider == "a" and raced.results[1] is None
+    assert raced.lost_ms > 0

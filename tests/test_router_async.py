@@ -190,6 +190,42 @@ def test_a_cancelled_aroute_still_records_its_decision(fake_upstream: FakeUpstre
     assert circuit.failures == 0 and circuit.last_error_category is None
 
 
+def test_a_cancelled_hedged_aroute_closes_both_calls_and_records_its_decision(
+    fake_upstream: FakeUpstream,
+) -> None:
+    # Cancelled while both sides of a hedge are in flight: both upstream connections
+    # close, the decision is recorded, and neither circuit counts a failure.
+    chain_of(
+        upstream_row("oa", "openai", fake_upstream, max_retries=0),
+        upstream_row("an", "anthropic", fake_upstream, max_retries=0),
+    )
+    Chain.objects.filter(name="main").update(hedge_after_ms="100")
+    fake_upstream.script("openai", Faults.slow(3.0, watch=True))
+    fake_upstream.script("anthropic", Faults.slow(3.0, watch=True))
+    request_id = str(uuid.uuid4())
+
+    async def cancel_it() -> None:
+        task = asyncio.create_task(aroute(REQUEST, request_id=request_id))
+        while len(fake_upstream.requests) < 2:  # the primary and its hedge in flight
+            await asyncio.sleep(0.01)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(cancel_it())
+    deadline = time.monotonic() + 10.0
+    while fake_upstream.disconnects < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert fake_upstream.disconnects == 2
+    decision = RoutingDecision.objects.get(request_id=request_id)
+    assert decision.status == "error"
+    rows = Attempt.objects.filter(decision=decision).order_by("index")
+    assert [(r.provider, r.error_category) for r in rows] == [("oa", "client_disconnected")]
+    for name, kind in (("oa", "openai"), ("an", "anthropic")):
+        circuit = breaker.store.load(name, f"{kind}-model")
+        assert circuit.failures == 0 and circuit.last_error_category is None
+
+
 # --- streams ------------------------------------------------------------------------------
 
 

@@ -86,6 +86,7 @@ MODULES: dict[str, tuple[str, list[str]]] = {
             "tests/test_effects.py",
             "tests/test_issue22_core.py",
             "tests/test_router_stream.py",
+            "tests/test_hedging.py",
         ],
     ),
     "classify": (
@@ -109,6 +110,7 @@ ROUTING_TESTS = [
     # the async driver's own paths (aroute, aroute_stream, Setup/Record.arun)
     "tests/test_router_async.py",
     "tests/test_router_tools.py",
+    "tests/test_hedging.py",  # the walk's hedges (Race: both drivers)
 ]
 MODULES.update(
     {

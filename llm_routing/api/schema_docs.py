@@ -68,6 +68,7 @@ def _envelope(result: dict[str, Any], **meta: Any) -> dict[str, Any]:
         "fallback_reason": None,
         "cost_usd": 0.00096,
         "picks": [],
+        "hedge": None,
         **meta,
     }
     full_result = {

@@ -308,7 +308,12 @@ class AttemptSerializer(serializers.Serializer):
     step = serializers.IntegerField(
         allow_null=True, help_text="The chain step of the candidate (0 first); null: forced."
     )
-    outcome = serializers.ChoiceField(choices=["ok", "error", "skipped"])
+    outcome = serializers.ChoiceField(
+        choices=["ok", "error", "skipped", "hedge_lost", "hedge_skipped"],
+        help_text="hedge_lost: cancelled because the other side of a hedge answered first; "
+        "hedge_skipped: a hedge was due but the deadline or the attempt budget could not "
+        "afford it.",
+    )
     error_category = serializers.CharField(allow_null=True)
     http_status = serializers.IntegerField(allow_null=True)
     transient = serializers.BooleanField()
@@ -361,6 +366,13 @@ class RoutingMetadataSerializer(serializers.Serializer):
     )
     picks = PickSerializer(
         many=True, help_text="Per step of several candidates: how its strategy picked."
+    )
+    hedge = serializers.ChoiceField(
+        choices=["won", "lost", "failed", "skipped"],
+        allow_null=True,
+        help_text="A hedged request: won (the hedge answered first), lost (the first "
+        "attempt did), failed (neither answered), skipped (not affordable); null: no "
+        "hedge was due.",
     )
 
 

@@ -62,6 +62,7 @@ class Plan:
     backstop: bool = True  # whether the mock backstop ends the candidates
     steps: tuple[PlanStep, ...] = ()
     affinity_from_user: bool = False  # the chain takes the OpenAI user as affinity key
+    hedge_after_ms: str = ""  # the chain's hedging: "", milliseconds, or "p95"
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -212,6 +213,7 @@ def resolve(request: AuditRequest, config: ConfigSnapshot | None = None) -> Plan
         backstop=backstop,
         steps=steps,
         affinity_from_user=spec is not None and spec.affinity_from_user,
+        hedge_after_ms=spec.hedge_after_ms if spec is not None else "",
     )
 
 

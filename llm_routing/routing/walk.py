@@ -27,6 +27,7 @@ from ..effects import (
     ClientGone,
     Context,
     Effect,
+    Race,
     Sleeper,
     Steps,
 )
@@ -36,7 +37,7 @@ from ..providers.base import BaseProvider
 from ..providers.embeddings import checked_answer
 from ..resilience import breaker
 from ..resilience.breaker import Observe
-from ..resilience.budget import Budget
+from ..resilience.budget import MIN_ATTEMPT_S, Budget
 from ..resilience.retry import InvokeSteps, error_result, retry_steps
 from ..sanitize import sanitized
 from ..signals import (
@@ -74,6 +75,64 @@ class _Walk:
         attempt = AttemptRecord(index=len(self.attempts), **kwargs)  # type: ignore[arg-type]
         self.attempts.append(attempt)
         return attempt
+
+
+@dataclass(frozen=True, slots=True)
+class _Tried:
+    """A candidate the walk called (or hedged with) and what it needs to settle it."""
+
+    step: int
+    candidate: Candidate
+    row: Provider | None
+    strategy: str
+    lease: tuple[str, str] | None
+    lost_ms: float | None = None  # a hedge's loser: how long it ran before its cancel
+    skipped: str | None = None  # a hedge not started: why (deadline, attempt_budget)
+
+    def unused(self) -> dict[str, object]:
+        """The attempt row of a hedge's loser or of a hedge skipped."""
+        model = self.candidate.model or (self.row.model if self.row else "")
+        if self.skipped is not None:
+            return {"provider": self.candidate.name, "model": model,
+                    "outcome": "hedge_skipped", "reason": self.skipped}  # fmt: skip
+        return {"provider": self.candidate.name, "model": model, "outcome": "hedge_lost",
+                "reason": "hedge_lost", "latency_ms": self.lost_ms or 0.0}  # fmt: skip
+
+
+@dataclass
+class _HedgeSide:
+    """What the hedge's side of a race found (written by its core, read after it)."""
+
+    candidate: tuple[int, Candidate] | None = None  # the first it considered
+    skipped: str | None = None  # why no second call could be afforded
+    tried: _Tried | None = None  # the candidate it called
+
+    def entry(self, *, skipped: str) -> _Tried:
+        assert self.candidate is not None
+        index, candidate = self.candidate
+        return _Tried(index, candidate, None, "", None, skipped=skipped)
+
+
+class _Ahead:
+    """The candidates the walk has ordered and not yet tried (a step is ordered when the
+    walk reaches it, or when a hedge looks for the next candidate), and those already
+    tried as a hedge."""
+
+    def __init__(self, steps: tuple[PlanStep, ...]) -> None:
+        self.steps = steps
+        self.queue: list[tuple[int, Candidate]] = []
+        self.ordered = 0
+        self.tried: set[tuple[str, str]] = set()
+
+    def fill(self, session: _Session) -> Steps[bool]:
+        """Order the next step into the queue; False when every step is ordered."""
+        if self.ordered >= len(self.steps):
+            return False
+        index = self.ordered
+        self.ordered += 1
+        members = yield from session._step_order(index, self.steps[index])
+        self.queue.extend((index, c) for c in members)
+        return True
 
 
 def _attempt_record(result: ProviderResult, *, served: bool) -> dict[str, object]:
@@ -266,6 +325,8 @@ class _Session:
         self.context_floor: int | None = None
         # Prompt-cache affinity: the request's key (docs/strategies.md).
         self.affinity = affinity_key(request, setup.plan)
+        # Hedging: won, lost, failed (both ended without an answer) or skipped.
+        self.hedge_outcome: str | None = None
 
     @property
     def request_id(self) -> str:
@@ -307,11 +368,14 @@ class _Session:
         invoke: InvokeSteps | None = None,
         *,
         defer_success: bool = False,
+        hedged: bool = False,
     ) -> Steps[ProviderResult]:
         """One candidate through the retry layer, with hooks and breaker bookkeeping.
 
         ``defer_success``: an opened stream is not a success yet — the caller feeds the
-        breaker once the stream has ended (:func:`_settle`)."""
+        breaker once the stream has ended (:func:`_settle`). ``hedged``: a side of a
+        :class:`~llm_routing.effects.Race` — cancelled, it records nothing (the walk
+        records the loser as ``hedge_lost``)."""
         request = with_output_ceiling(request or self.request, adapter.config)
         config = adapter.config
         send(
@@ -333,14 +397,16 @@ class _Session:
                 adapter, _gone_error(), latency_ms=0.0, retries=0, upstream_requests=1
             )
             yield from Observe(config, gone)
-            self.walk.add(**_attempt_record(gone, served=False))
+            if not hedged:
+                self.walk.add(**_attempt_record(gone, served=False))
             raise
         result = checked_answer(sanitized(result, request), request, config)
         if not (defer_success and result.ok):
             try:
                 yield from Observe(config, result)
             except ClientGone:  # cancelled here: the answer (and its usage) still counts
-                self.walk.add(**_attempt_record(result, served=False))
+                if not hedged:
+                    self.walk.add(**_attempt_record(result, served=False))
                 raise
         send(after_provider_result, request_id=self.request_id, provider=config.name, result=result)
         return result
@@ -396,80 +462,215 @@ class _Session:
             self.picks.append(pick)
         return ordered
 
+    def _hedge_after(self, attempt: AttemptFn, adapter: BaseProvider) -> float | None:
+        """Seconds after which this attempt is hedged (None: no hedge): the chain's
+        ``hedge_after_ms``, or the p95 of the candidate's recent latency in this process
+        (none yet: no hedge); never for a stream, the mock, or a half-open probe."""
+        setting = self.plan.hedge_after_ms
+        if not setting or self.request.stream or attempt != self.call:
+            return None
+        config = adapter.config
+        if config.name == MOCK_PROVIDER_NAME or breaker.is_probe(config):
+            return None
+        if setting == "p95":
+            p95 = balance.p95(config.name)
+            return None if p95 is None else p95 / 1000
+        return int(setting) / 1000
+
+    def _hedged(
+        self, adapter: BaseProvider, after_s: float, ahead: _Ahead, tried: list[_Tried]
+    ) -> Steps[list[ProviderResult | None]]:
+        """One attempt with a hedge (:class:`~llm_routing.effects.Race`): the results
+        per entry of ``tried``, which gains the hedge's entry when it was due; None for
+        a loser or a skipped hedge (their ``unused()`` rows)."""
+        waiting = [
+            (i, c) for i, c in ahead.queue
+            if c.name != MOCK_PROVIDER_NAME and (c.name, c.model) not in ahead.tried
+        ]  # fmt: skip
+        if not waiting:  # nobody left to hedge with
+            return [(yield from self.call(adapter))]
+        hedge = _HedgeSide()
+        try:
+            raced = yield from Race(
+                self.call(adapter, hedged=True), self._hedge(waiting, hedge, after_s), after_s
+            )
+        except ClientGone:  # cancelled (async driver): both sides have unwound
+            gone = error_result(
+                adapter, _gone_error(), latency_ms=0.0, retries=0, upstream_requests=1
+            )
+            self.walk.add(**_attempt_record(gone, served=False), step=tried[0].step)
+            raise
+        for outcome in raced.results:
+            if isinstance(outcome, Exception):
+                raise outcome  # a hook or a bug: the walk's own failure path
+        primary, second = raced.results
+        assert not isinstance(primary, Exception) and not isinstance(second, Exception)
+        if not raced.hedged:
+            return [primary]
+        if hedge.skipped is not None:
+            self.hedge_outcome = "skipped"
+            tried.append(hedge.entry(skipped=hedge.skipped))
+            return [primary, None]
+        if hedge.tried is None:  # no candidate was available to hedge with
+            return [primary]
+        ahead.tried.add((hedge.tried.candidate.name, hedge.tried.candidate.model))
+        tried.append(hedge.tried)
+        if raced.winner == 1:
+            self.hedge_outcome = "won"
+        elif raced.winner == 0:
+            self.hedge_outcome = "lost"
+        else:
+            self.hedge_outcome = "failed"
+        if primary is None:  # the hedge won: the primary is the loser
+            tried[0] = replace(tried[0], lost_ms=raced.lost_ms)
+        elif second is None:
+            tried[1] = replace(tried[1], lost_ms=raced.lost_ms)
+        return [primary, second]
+
+    def _hedge(
+        self, waiting: list[tuple[int, Candidate]], side: _HedgeSide, after_s: float
+    ) -> Steps[ProviderResult]:
+        """The hedge's side of a :class:`~llm_routing.effects.Race`, run when it is due:
+        whether the request can afford a second call (an attempt left in the budget, and
+        at least ``after_s`` — as long as the primary has had — before the deadline),
+        then the first of ``waiting`` that :func:`may_try` lets through."""
+        budget = self.budget
+        first_index, first = waiting[0]
+        side.candidate = (first_index, first)
+        if budget.attempts_used >= budget.max_attempts:
+            side.skipped = "attempt_budget"
+        elif budget.remaining() < max(MIN_ATTEMPT_S, after_s):
+            side.skipped = "deadline"  # less time left than the primary has had
+        if side.skipped is not None:
+            return _skip_result(first.name, first.model, "hedge_skipped")
+        for index, candidate in waiting:
+            row = self.rows.get(candidate.name)
+            adapter = _adapter_for(candidate.name, candidate.model, row)
+            strategy = self.plan.step_list()[index].strategy
+            reason = yield from self.skip(
+                candidate.name, row, adapter, budget,
+                drained=bool(strategy) and candidate.drained, context_floor=self.context_floor,
+            )  # fmt: skip
+            if reason is None and adapter is not None:
+                side.tried = _Tried(index, candidate, row, "", None)
+                return (yield from self.call(adapter, hedged=True))
+        return _skip_result(first.name, first.model, "unavailable")
+
+    def _settle_attempt(self, done: _Tried, result: ProviderResult) -> Steps[bool]:
+        """Record one ended attempt (and what the strategies learn from it); whether it
+        served the request."""
+        name, index, row, lease = done.candidate.name, done.step, done.row, done.lease
+        if done.strategy == "latency":
+            balance.observe_latency(name, result.latency_ms, ok=result.ok)
+        if result.ok:
+            balance.observe_answer(name, result.latency_ms)
+            if lease is not None and not self.request.stream:  # the call is over
+                self.leases.remove(lease)
+                yield from Unlease(*lease)
+            self.walk.add(**_attempt_record(result, served=True), step=index)
+            if done.strategy and (key := self._affinity(index)) is not None:
+                ttl = float(row.affinity_ttl_s) if row is not None else 300.0
+                yield from Remember(key, name, ttl)  # the key moves with the answer
+            return True
+        if lease is not None:
+            self.leases.remove(lease)
+            yield from Unlease(*lease)
+        self.walk.add(**_attempt_record(result, served=False), step=index)
+        category = result.error.category if result.error else "response"
+        if category == "context_length" and row is not None:
+            window = row.context_window
+            if window is not None and (self.context_floor or 0) < window:
+                self.context_floor = window
+        return False
+
+    def _step_order(self, index: int, step: PlanStep) -> Steps[tuple[Candidate, ...]]:
+        """Step ``index``'s members in the order the walk tries them."""
+        if len(step.members) > 1 and step.strategy:
+            return (yield from self._order(index, step))
+        return step.members
+
     def _walk_chain(self, attempt: AttemptFn) -> Steps[tuple[ProviderResult, str | None]]:
         plan, walk = self.plan, self.walk
         first_reason: str | None = None
         any_attempted = False
         steps = plan.step_list()
-        for index, step in enumerate(steps):
+        ahead = _Ahead(steps)
+        while True:
+            if not ahead.queue:
+                if not (yield from ahead.fill(self)):
+                    break
+                continue
+            index, candidate = ahead.queue.pop(0)
+            step = steps[index]
             strategy = step.strategy if len(step.members) > 1 else ""
             last_step = index == len(steps) - 1
-            members = step.members
-            ordered = (yield from self._order(index, step)) if strategy else members
-            for candidate in ordered:
-                name, model = candidate.name, candidate.model
-                row = self.rows.get(name)
-                adapter = _adapter_for(name, model, row)
-                reason = yield from self.skip(
-                    name,
-                    row,
-                    adapter,
-                    self.budget,
-                    drained=bool(strategy) and candidate.drained,
-                    context_floor=self.context_floor,
-                )
-                if reason is not None or adapter is None:
-                    reason = reason or "unknown_provider"
-                    shown_model = model or (row.model if row else "")
-                    walk.add(
-                        provider=name, model=shown_model, outcome="skipped", reason=reason,
-                        step=index,
-                    )  # fmt: skip
-                    first_reason = first_reason or reason
-                    send(
-                        on_provider_fallback, request_id=walk.request_id, provider=name,
-                        reason=reason,
-                    )  # fmt: skip
-                    continue
-                first = not walk.attempts
-                is_backstop = name == MOCK_PROVIDER_NAME and last_step
-                lease: tuple[str, str] | None = None
-                if strategy == "least_in_flight":  # held until the call (a stream) ends
-                    lease = (name, (yield from Lease(name)))
-                    self.leases.append(lease)
-                result = yield from attempt(adapter)
-                if strategy == "latency":
-                    balance.observe_latency(name, result.latency_ms, ok=result.ok)
-                if result.ok:
-                    if lease is not None and not self.request.stream:  # the call is over
-                        self.leases.remove(lease)
-                        yield from Unlease(*lease)
-                    walk.add(**_attempt_record(result, served=True), step=index)
-                    if strategy and (key := self._affinity(index)) is not None:
-                        ttl = float(row.affinity_ttl_s) if row is not None else 300.0
-                        yield from Remember(key, name, ttl)  # the key moves with the answer
-                    if first and plan.configured:
-                        return result, None
-                    if is_backstop and any_attempted:
-                        return result, "chain_exhausted"
-                    return result, first_reason or ("no_chain" if not plan.configured else None)
-                if lease is not None:
-                    self.leases.remove(lease)
-                    yield from Unlease(*lease)
-                any_attempted = True
-                walk.add(**_attempt_record(result, served=False), step=index)
-                category = result.error.category if result.error else "response"
-                first_reason = first_reason or category
-                if category == "context_length" and row is not None:
-                    window = row.context_window
-                    if window is not None and (self.context_floor or 0) < window:
-                        self.context_floor = window
-                if not (result.error is None or result.error.advances):
-                    return result, first_reason if not first else None
+            name, model = candidate.name, candidate.model
+            if (name, model) in ahead.tried:  # already tried as a hedge
+                continue
+            row = self.rows.get(name)
+            adapter = _adapter_for(name, model, row)
+            reason = yield from self.skip(
+                name,
+                row,
+                adapter,
+                self.budget,
+                drained=bool(strategy) and candidate.drained,
+                context_floor=self.context_floor,
+            )
+            if reason is not None or adapter is None:
+                reason = reason or "unknown_provider"
+                shown_model = model or (row.model if row else "")
+                walk.add(
+                    provider=name, model=shown_model, outcome="skipped", reason=reason,
+                    step=index,
+                )  # fmt: skip
+                first_reason = first_reason or reason
                 send(
                     on_provider_fallback, request_id=walk.request_id, provider=name,
-                    reason=category,
+                    reason=reason,
                 )  # fmt: skip
+                continue
+            first = not walk.attempts
+            is_backstop = name == MOCK_PROVIDER_NAME and last_step
+            lease: tuple[str, str] | None = None
+            if strategy == "least_in_flight":  # held until the call (a stream) ends
+                lease = (name, (yield from Lease(name)))
+                self.leases.append(lease)
+            tried = [_Tried(index, candidate, row, strategy, lease)]
+            after_s = None if is_backstop else self._hedge_after(attempt, adapter)
+            if after_s is None:
+                results: list[ProviderResult | None] = [(yield from attempt(adapter))]
+            else:
+                if not ahead.queue:  # the next candidate is in the next step
+                    yield from ahead.fill(self)
+                results = yield from self._hedged(adapter, after_s, ahead, tried)
+            for i, (done, result) in enumerate(zip(tried, results, strict=True)):
+                if result is None:  # a hedge's loser, or a hedge skipped
+                    walk.add(**done.unused(), step=done.step)
+                    continue
+                served = yield from self._settle_attempt(done, result)
+                if not served:
+                    any_attempted = True
+                    category = result.error.category if result.error else "response"
+                    first_reason = first_reason or category
+                    if result.error is None or result.error.advances:
+                        send(
+                            on_provider_fallback, request_id=walk.request_id,
+                            provider=done.candidate.name, reason=category,
+                        )  # fmt: skip
+                        continue
+                for later, rest in zip(tried[i + 1 :], results[i + 1 :], strict=True):
+                    if rest is None:  # the hedge lost, or was skipped
+                        walk.add(**later.unused(), step=later.step)
+                    else:  # a hedge that ended beside an error that stands
+                        walk.add(**_attempt_record(rest, served=False), step=later.step)
+                if not served:
+                    return result, first_reason if not (first and i == 0) else None
+                if first and first_reason is None and plan.configured:
+                    return result, None  # (a hedge that won is no fallback)
+                if is_backstop and any_attempted:
+                    return result, "chain_exhausted"
+                return result, first_reason or ("no_chain" if not plan.configured else None)
         # Every candidate was skipped or failed: reachable when the plan has no mock
         # backstop (``backstop=False``, e.g. /v1) or the backstop itself failed.
         last = walk.attempts[-1] if walk.attempts else None
@@ -545,6 +746,7 @@ class _Session:
             fallback_used=fallback_reason is not None,
             fallback_reason=fallback_reason,
             picks=tuple(p.to_dict() for p in self.picks) if self.picks else (),
+            hedge=self.hedge_outcome,
         )
         routed = self.routed = RoutingResult(
             request_id=self.request_id,

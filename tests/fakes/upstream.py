@@ -42,6 +42,7 @@ import array
 import base64
 import hashlib
 import json
+import select
 import socket
 import struct
 import threading
@@ -124,8 +125,11 @@ class Fault:
     ``action``: ``respond`` (``status``/``headers``/``body``; ``body=None`` → the
     vendor's healthy answer), ``reset`` (TCP RST before any header), ``hang`` (accept,
     read, never answer), ``close`` (close the socket cleanly before any header).
-    ``delay`` waits before the first byte. ``echo_key`` appends the key the request
-    carried to the error message (the way some vendors echo a bad key).
+    ``delay`` waits before the first byte; with ``watch``, it watches the connection
+    meanwhile — a client that closes it gets no answer and is counted in
+    :attr:`FakeUpstream.disconnects` (a cancelled non-stream call). ``echo_key``
+    appends the key the request carried to the error message (the way some vendors
+    echo a bad key).
     """
 
     action: str = "respond"
@@ -139,6 +143,7 @@ class Fault:
     tool_calls: tuple[dict[str, Any], ...] | list[dict[str, Any]] | None = None
     # An embeddings answer's vector length (None: as the request asks, else 8).
     dimensions: int | None = None
+    watch: bool = False  # during ``delay``: count a client that closes the connection
 
 
 def _openai_error(status: int, message: str, type_: str, code: str | None) -> Fault:
@@ -344,8 +349,8 @@ class Faults:
         return Fault(action="hang")
 
     @staticmethod
-    def slow(delay: float) -> Fault:
-        return Fault(delay=delay)
+    def slow(delay: float, *, watch: bool = False) -> Fault:
+        return Fault(delay=delay, watch=watch)
 
 
 # --- healthy answers ------------------------------------------------------------------
@@ -933,7 +938,10 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(404, {"error": {"message": f"No route for {split.path}"}})
             return
         fault = fake._next_fault(vendor)
-        if fault.delay:
+        if fault.delay and fault.watch:
+            if self._client_left(fault.delay):
+                return
+        elif fault.delay:
             time.sleep(fault.delay)
         if fault.action == "reset":
             self._reset()
@@ -975,6 +983,25 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(fault.status, payload, fault.headers)
 
     # --- helpers --------------------------------------------------------------------
+    def _client_left(self, delay: float) -> bool:
+        """Wait ``delay`` seconds watching the connection; True (counted as a
+        disconnect) when the client closed it meanwhile."""
+        deadline = time.monotonic() + delay
+        while (left := deadline - time.monotonic()) > 0:
+            readable, _, _ = select.select([self.connection], [], [], min(left, 0.02))
+            if not readable:
+                continue
+            try:
+                data = self.connection.recv(1, socket.MSG_PEEK)
+            except OSError:
+                data = b""
+            if not data:
+                self.close_connection = True
+                self.server.fake._disconnected()
+                return True
+            time.sleep(min(left, 0.02))  # a pipelined byte: not a close
+        return False
+
     @staticmethod
     def _route(path: str) -> tuple[str | None, str, bool]:
         if path.endswith(("/chat/completions", "/embeddings")):
