@@ -10,6 +10,7 @@ import contextvars
 import gc
 import itertools
 import logging
+import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
@@ -703,3 +704,12 @@ def test_a_race_cancelled_on_the_event_loop_cancels_both_sides_and_waits_for_the
     seen = asyncio.run(main())
     assert seen[:2] == ["a started", "b started"]
     assert sorted(seen[2:]) == ["a cleaned up", "b cleaned up"]
+
+
+def test_a_sync_loser_still_in_its_call_never_holds_the_process_open() -> None:
+    before = set(threading.enumerate())
+    log: list[str] = []
+    raced = effects.run(_race(_side("a", 10.0, log), _side("b", 0.05, log), 0.1))
+    assert raced.winner == 1 and log[-1] == "b ended"  # a is still asleep in its thread
+    left = [t for t in threading.enumerate() if t not in before and t.is_alive()]
+    assert left and all(t.daemon for t in left)  # the interpreter may exit without them
