@@ -713,3 +713,13 @@ def test_a_sync_loser_still_in_its_call_never_holds_the_process_open() -> None:
     assert raced.winner == 1 and log[-1] == "b ended"  # a is still asleep in its thread
     left = [t for t in threading.enumerate() if t not in before and t.is_alive()]
     assert left and all(t.daemon for t in left)  # the interpreter may exit without them
+
+
+@pytest.mark.parametrize("trampoline", ["sync", "async"])
+def test_race_both_sides_failing_have_no_winner(trampoline: str) -> None:
+    log: list[str] = []
+    first, second = _side("a", 0.3, log, ok=False), _side("b", 0.05, log, ok=False)
+    raced = _drive_race(trampoline, _race(first, second, 0.05))
+    assert (raced.winner, raced.hedged, raced.lost_ms) == (None, True, 0.0)
+    assert [r.status for r in raced.results] == ["error", "error"]
+    assert log[2:] == ["b ended", "a ended"]
