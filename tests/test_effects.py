@@ -8,9 +8,13 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import gc
+import itertools
 import logging
+import threading
+import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any, ClassVar
 
 import pytest
@@ -627,6 +631,9 @@ def test_race_a_side_that_raises_or_emits_is_its_outcome(trampoline: str) -> Non
     assert (raced.hedged, raced.results[1], log) == (False, None, [])
     raced = _drive_race(trampoline, _race(_emitting(), _side("b", 0.05, log), 3.0))
     assert isinstance(raced.results[0], TypeError) and raced.winner is None
+    assert str(raced.results[0]) == (
+        "Emit is a stream driver's yield; run()/arun() drive cores that emit nothing."
+    )
 
 
 def test_race_a_sync_side_torn_down_ends_the_race_with_an_error() -> None:
@@ -642,3 +649,77 @@ def test_race_the_first_wins_after_the_hedge_started(trampoline: str) -> None:
     assert (raced.winner, raced.hedged) == (0, True)
     assert raced.results[0].provider == "a" and raced.results[1] is None
     assert raced.lost_ms > 0
+
+
+@pytest.mark.parametrize("trampoline", ["sync", "async"])
+def test_race_the_losers_run_time_is_read_from_its_own_start(
+    trampoline: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ticks = itertools.count(1)  # one second per reading: the first's start, the second's, the win
+    clock = SimpleNamespace(perf_counter=lambda: float(next(ticks)), sleep=time.sleep)
+    monkeypatch.setattr(effects, "time", clock)
+    log: list[str] = []
+    raced = _drive_race(trampoline, _race(_side("a", 3.0, log), _side("b", 0.05, log), 0.1))
+    assert (raced.winner, raced.lost_ms) == (1, 2000.0)  # the first ran from 1 s to 3 s
+
+
+@pytest.mark.parametrize("trampoline", ["sync", "async"])
+def test_race_the_first_wins_after_the_second_failed(trampoline: str) -> None:
+    log: list[str] = []
+    first, second = _side("a", 0.3, log), _side("b", 0.05, log, ok=False)
+    raced = _drive_race(trampoline, _race(first, second, 0.05))
+    assert (raced.winner, raced.hedged, raced.lost_ms) == (0, True, 0.0)
+    assert [r.provider for r in raced.results] == ["a", "b"]
+    assert log[2:] == ["b ended", "a ended"]
+
+
+def _cleaning(name: str, log: list[str]) -> Steps[Any]:
+    """A side whose cleanup takes an effect of its own."""
+    log.append(f"{name} started")
+    try:
+        yield from effects.Sleep(3.0)
+    except effects.ClientGone:
+        yield from effects.Sleep(0.05)
+        log.append(f"{name} cleaned up")
+        raise
+    log.append(f"{name} ended")
+    raise AssertionError("never cancelled")
+
+
+def test_a_race_cancelled_on_the_event_loop_cancels_both_sides_and_waits_for_their_cleanup() -> (
+    None
+):
+    log: list[str] = []
+
+    async def main() -> list[str]:
+        race = _race(_cleaning("a", log), _cleaning("b", log), 0.05)
+        task = asyncio.ensure_future(effects.arun(race))
+        while len(log) < 2:
+            await asyncio.sleep(0.01)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return list(log)  # what had happened when the cancelled driver returned
+
+    seen = asyncio.run(main())
+    assert seen[:2] == ["a started", "b started"]
+    assert sorted(seen[2:]) == ["a cleaned up", "b cleaned up"]
+
+
+def test_a_sync_loser_still_in_its_call_never_holds_the_process_open() -> None:
+    before = set(threading.enumerate())
+    log: list[str] = []
+    raced = effects.run(_race(_side("a", 10.0, log), _side("b", 0.05, log), 0.1))
+    assert raced.winner == 1 and log[-1] == "b ended"  # a is still asleep in its thread
+    left = [t for t in threading.enumerate() if t not in before and t.is_alive()]
+    assert left and all(t.daemon for t in left)  # the interpreter may exit without them
+
+
+@pytest.mark.parametrize("trampoline", ["sync", "async"])
+def test_race_both_sides_failing_have_no_winner(trampoline: str) -> None:
+    log: list[str] = []
+    first, second = _side("a", 0.3, log, ok=False), _side("b", 0.05, log, ok=False)
+    raced = _drive_race(trampoline, _race(first, second, 0.05))
+    assert (raced.winner, raced.hedged, raced.lost_ms) == (None, True, 0.0)
+    assert [r.status for r in raced.results] == ["error", "error"]
+    assert log[2:] == ["b ended", "a ended"]
