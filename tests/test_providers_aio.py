@@ -17,13 +17,10 @@ import gc
 import logging
 import socket
 import ssl
-import subprocess
 import sys
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import replace
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -35,6 +32,7 @@ from llm_routing.providers import aio
 from llm_routing.providers.base import HttpProvider, ShardedAsyncTransport, shared_ssl_context
 from llm_routing.providers.classify import from_httpx_exception
 from llm_routing.types import AuditRequest
+from tests.fakes.tls import self_signed_server as tls_server
 from tests.fakes.upstream import FakeUpstream
 
 KEY = "sk-aio-KEY-0a1b2c3d4e5f"
@@ -253,33 +251,9 @@ def test_a_large_body_the_server_reads_is_answered(
 
 # --- TLS -----------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
-def self_signed_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    tmp = tmp_path_factory.mktemp("tls")
-    key, cert = Path(tmp / "key.pem"), Path(tmp / "cert.pem")
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=127.0.0.1",
-         "-days", "1", "-keyout", str(key), "-out", str(cert)],
-        check=True, capture_output=True,
-    )  # fmt: skip
-
-    class Ok(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            self.send_response(200)
-            self.end_headers()
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Ok)
-    tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    tls.load_cert_chain(cert, key)
-    server.socket = tls.wrap_socket(server.socket, server_side=True)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"https://127.0.0.1:{server.server_address[1]}/v1"
-    finally:
-        server.shutdown()
-        server.server_close()
+def self_signed_server() -> Iterator[str]:
+    with tls_server() as url:
+        yield f"{url}/v1"
 
 
 def test_tls_is_verified_with_the_shared_context(

@@ -725,15 +725,14 @@ def test_a_large_async_pool_is_split_into_shards_holding_the_limits() -> None:
     assert len(one.shards) == 1 and one.shards[0]._pool._max_connections == 1
 
 
-def test_every_shard_and_client_shares_one_verifying_tls_context(tmp_path: Any) -> None:
+def test_every_shard_and_client_shares_one_verifying_tls_context() -> None:
     """One CA bundle per process (a context per shard took 40 ms and 0.9 MiB each), and
     it still verifies: a self-signed upstream is refused."""
     import ssl
-    import subprocess
-    import threading
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
     from llm_routing.providers.base import ShardedAsyncTransport, shared_ssl_context
+
+    from .fakes.tls import self_signed_server
 
     transport = ShardedAsyncTransport.from_limits(httpx.Limits(max_connections=1000))
     contexts = {id(shard._pool._ssl_context) for shard in transport.shards}
@@ -741,37 +740,13 @@ def test_every_shard_and_client_shares_one_verifying_tls_context(tmp_path: Any) 
     context = shared_ssl_context()
     assert context.verify_mode == ssl.CERT_REQUIRED and context.check_hostname
 
-    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=127.0.0.1",
-         "-days", "1", "-keyout", str(key), "-out", str(cert)],
-        check=True, capture_output=True,
-    )  # fmt: skip
-
-    class Ok(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            self.send_response(200)
-            self.end_headers()
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Ok)
-    tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    tls.load_cert_chain(cert, key)
-    server.socket = tls.wrap_socket(server.socket, server_side=True)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    url = f"https://127.0.0.1:{server.server_address[1]}/"
-
-    async def call() -> None:
+    async def call(url: str) -> None:
         async with httpx.AsyncClient(transport=transport) as client:
             await client.get(url)
 
-    try:
+    with self_signed_server() as url:
         with pytest.raises(httpx.ConnectError, match="CERTIFICATE_VERIFY_FAILED"):
-            asyncio.run(call())
-    finally:
-        server.shutdown()
+            asyncio.run(call(f"{url}/"))
 
 
 @HTTPCORE_ONLY
