@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from . import pricing
-from .cache import async_redis, raw_redis, routing_cache, run_script
+from .cache import acall, async_redis, raw_redis, routing_cache, run_script
 from .conf import routing_settings
 from .effects import Context, Effect
 from .models import Provider
@@ -239,9 +239,7 @@ class Recall(Effect[str | None]):
         return value if isinstance(value, str) else None
 
     async def arun(self, ctx: Context) -> str | None:
-        store = routing_cache()
-        aio = async_redis(store)
-        value = store.get(self.key) if aio is None else await aio.get(self.key)
+        value = await acall(routing_cache(), "get", self.key)
         return value if isinstance(value, str) else None
 
 
@@ -261,12 +259,7 @@ class Remember(Effect[None]):
         routing_cache().set(self.key, self.name, self.ttl_s)
 
     async def arun(self, ctx: Context) -> None:
-        store = routing_cache()
-        aio = async_redis(store)
-        if aio is None:
-            store.set(self.key, self.name, self.ttl_s)
-        else:
-            await aio.set(self.key, self.name, self.ttl_s)
+        await acall(routing_cache(), "set", self.key, self.name, self.ttl_s)
 
 
 # --- latency ---------------------------------------------------------------------------

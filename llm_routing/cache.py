@@ -506,3 +506,15 @@ class AsyncRedis:
 def async_redis(cache: Any) -> AsyncRedis | None:
     """The :class:`AsyncRedis` of ``cache``, or None when it is not Redis."""
     return cache.aio if isinstance(cache, RedisStore) else None
+
+
+async def acall(cache: Any, method: str, *args: object) -> Any:
+    """``cache.<method>(*args)`` from the event loop, never blocking it: LocMem
+    (process memory) inline, Redis through ``redis.asyncio`` on this loop (Django's own
+    async Redis methods are sync_to_async wrappers that queue every call on one
+    thread), any other backend through its async method (``aget``, ``aset``, ...)."""
+    if isinstance(cache, LocMemCache):
+        return getattr(cache, method)(*args)
+    aio = async_redis(cache)
+    call = getattr(cache, "a" + method) if aio is None else getattr(aio, method)
+    return await call(*args)

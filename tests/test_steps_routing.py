@@ -5,12 +5,16 @@ strategy's exploration, the cost strategy, context-aware fallback, explain's rep
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Iterator
 from decimal import Decimal
 from typing import Any
 
 import pytest
+from django.core.cache import caches
+from django.core.cache.backends.filebased import FileBasedCache
+from django.test import override_settings
 
 from llm_routing import balance, effects, strategies
 from llm_routing.access import visible_picks
@@ -350,6 +354,12 @@ class Store:
     def set(self, key: str, value: Any, timeout: float | None = None) -> None:
         self.values[key], self.timeouts[key] = value, timeout
 
+    async def aget(self, key: str, default: Any = None) -> Any:  # the async driver's
+        return self.get(key, default)
+
+    async def aset(self, key: str, value: Any, timeout: float | None = None) -> None:
+        self.set(key, value, timeout)
+
 
 @pytest.fixture
 def store(monkeypatch: pytest.MonkeyPatch) -> Store:
@@ -397,6 +407,47 @@ def test_affinity_moves_when_its_candidate_fails(
     assert after.metadata.picks[0] == {**after.metadata.picks[0], "reason": "affinity",
                                        "picked": other}  # fmt: skip
     assert after.result.provider == other
+
+
+class LoopGuardedCache(FileBasedCache):
+    """A file cache whose blocking methods refuse to run on an event loop: the async
+    driver must reach a cache that is neither LocMem nor Redis through its async
+    methods, never block the loop on file (or network) I/O."""
+
+    def get(self, key: str, default: Any = None, version: int | None = None) -> Any:
+        _not_on_a_loop()
+        return super().get(key, default, version)
+
+    def set(self, key: str, value: Any, timeout: Any = None, version: int | None = None) -> None:
+        _not_on_a_loop()
+        super().set(key, value, timeout, version)
+
+
+def _not_on_a_loop() -> None:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return
+    raise AssertionError("a blocking cache call on the event loop")
+
+
+def test_affinity_on_another_cache_backend_never_blocks_the_event_loop(
+    fake_upstream: FakeUpstream, clock: Clock, tmp_path: Any
+) -> None:
+    files = {"BACKEND": "tests.test_steps_routing.LoopGuardedCache", "LOCATION": str(tmp_path)}
+    locmem = {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
+    with override_settings(
+        CACHES={"default": locmem, "files": files}, LLM_ROUTING={"CACHE_ALIAS": "files"}
+    ):
+        chain(fake_upstream, ("weighted", [("a", 1.0), ("b", 1.0)]))
+        turn = AuditRequest(task="summarize", input_text="turn", affinity="conv-on-files")
+        home = route(turn, request_id=rid(0)).result.provider
+        for i in range(1, 4):
+            routed = route(turn, request_id=rid(i))
+            assert routed.metadata.picks[0]["reason"] == "affinity"
+            assert routed.result.provider == home
+        key = balance.affinity_cache_key(routed.metadata.chain_name or "", 0, "conv-on-files")
+        assert FileBasedCache.get(caches["files"], key) == home  # written to the files
 
 
 def test_a_drained_candidate_loses_its_affinity(

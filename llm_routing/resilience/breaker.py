@@ -49,12 +49,11 @@ from datetime import UTC, datetime
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
-from django.core.cache.backends.locmem import LocMemCache
 from django.core.exceptions import ImproperlyConfigured
 
 from .. import effects
 from ..cache import CACHE_RETRY_S as _CACHE_RETRY_S
-from ..cache import CacheBackoff, async_redis, routing_cache
+from ..cache import CacheBackoff, acall, routing_cache
 from ..conf import routing_settings
 from ..effects import ClientGone, Context, Effect, Steps
 from ..types import ErrorInfo, ProviderConfig, ProviderResult
@@ -456,12 +455,7 @@ class CacheOp(Effect[R]):
         return self.on(routing_cache())  # one client per process (llm_routing.cache)
 
     async def arun(self, ctx: Context) -> R:
-        cache = routing_cache()
-        if isinstance(cache, LocMemCache):  # process memory: inline
-            return self.on(cache)
-        aredis = async_redis(cache)
-        call = getattr(cache, "a" + self.method) if aredis is None else getattr(aredis, self.method)
-        result: R = await call(*self.args)
+        result: R = await acall(routing_cache(), self.method, *self.args)
         return result
 
 
