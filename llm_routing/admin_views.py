@@ -37,7 +37,16 @@ __all__ = [
 ]
 
 #: The query parameters of the explain page (and of ``GET /audit/explain/``).
-EXPLAIN_FIELDS = ("task", "route", "provider", "force_provider", "chain", "stream", "schema")
+EXPLAIN_FIELDS = (
+    "task",
+    "route",
+    "provider",
+    "force_provider",
+    "chain",
+    "stream",
+    "schema",
+    "affinity",
+)
 #: Their labels on the page (errors name the field as the form shows it).
 EXPLAIN_LABELS = {
     "task": "Task",
@@ -47,6 +56,7 @@ EXPLAIN_LABELS = {
     "chain": "Chain",
     "stream": "Streams",
     "schema": "Structured output schema",
+    "affinity": "Affinity key",
     "non_field_errors": "Request",
 }
 

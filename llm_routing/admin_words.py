@@ -31,6 +31,7 @@ WORDS: dict[str, str] = {
     "dimension_mismatch": "other embedding dimension",
     "deadline": "out of time",
     "attempt_budget": "out of attempts",
+    "cost_cap": "over a budget's cap",
     # error categories
     "rate_limit": "rate limited",
     "unavailable": "unavailable",

@@ -52,6 +52,7 @@ __all__ = [
     "Remember",
     "Unlease",
     "affinity_cache_key",
+    "estimate_tokens",
     "estimate_usd",
     "gather",
     "latencies",
@@ -326,15 +327,29 @@ def _output_tokens(request: AuditRequest, row: Provider) -> int:
     return DEFAULT_OUTPUT_TOKENS
 
 
+def _usage(request: AuditRequest, row: Provider) -> Usage:
+    return Usage(
+        input_tokens=max(1, math.ceil(request.input_length / 4)),
+        output_tokens=_output_tokens(request, row),
+    )
+
+
+def estimate_tokens(row: Provider | None, request: AuditRequest) -> int:
+    """This request's estimated tokens on ``row``, input and output (as for its cost;
+    without a row, :data:`DEFAULT_OUTPUT_TOKENS` unless the request says)."""
+    if row is None:
+        output = request.max_tokens if request.max_tokens is not None else DEFAULT_OUTPUT_TOKENS
+        return max(1, math.ceil(request.input_length / 4)) + int(output)
+    usage = _usage(request, row)
+    return usage.input_tokens + usage.output_tokens
+
+
 def estimate_usd(row: Provider | None, model: str, request: AuditRequest) -> float | None:
     """This request's estimated cost on ``row`` (None: the price is unknown)."""
     source = pricing.source_of(row, "") if row is not None else None
     if row is None or source is None:
         return None
-    usage = Usage(
-        input_tokens=max(1, math.ceil(request.input_length / 4)),
-        output_tokens=_output_tokens(request, row),
-    )
+    usage = _usage(request, row)
     try:
         cost = pricing.price(source, model or row.model, usage)
     except Exception:  # the price package failing must not fail routing: unknown

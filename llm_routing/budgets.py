@@ -69,6 +69,7 @@ __all__ = [
     "ROWS_TTL_S",
     "Grant",
     "Refusal",
+    "Room",
     "Usage",
     "acheck",
     "applicable",
@@ -77,6 +78,7 @@ __all__ = [
     "clock",
     "forget",
     "reset_cache_state",
+    "room",
     "settle",
     "usage",
     "window_bounds",
@@ -149,17 +151,37 @@ class Usage:
     cost_usd: Decimal = Decimal(0)
 
 
+@dataclass(frozen=True)
+class Room:
+    """What a request's tokens and cost caps had left for it when it was admitted: per
+    metric, the smallest ``cap - used - (other requests in flight) * peak`` over its
+    budgets with that cap (the room admission checked; at least 1 when admitted).
+    None: no budget of the request caps that metric."""
+
+    tokens: int | None = None
+    nano_usd: int | None = None
+
+    def holds(self, tokens: int, nano_usd: int) -> bool:
+        """Whether this room can take ``tokens`` and ``nano_usd`` more (an uncapped
+        metric always can)."""
+        return (self.tokens is None or tokens <= self.tokens) and (
+            self.nano_usd is None or nano_usd <= self.nano_usd
+        )
+
+
 @dataclass
 class Grant:
     """The budgets a request was counted in (their window keys), settled after the answer.
 
     ``member`` names the request in the in-flight set of each budget with a tokens or
-    cost cap (released when it is settled or forgotten)."""
+    cost cap (released when it is settled or forgotten); ``room``: what those caps had
+    left for it at admission (read by the router's hedging, :func:`room`)."""
 
     budgets: list[Budget] = field(default_factory=list)
     starts: list[int] = field(default_factory=list)
     member: str = ""
     released: bool = False
+    room: Room = Room()
 
 
 # --- windows and keys -------------------------------------------------------------------
@@ -334,8 +356,10 @@ def applicable(
 #: set (member → lease end, ms), peak tokens, peak cost.
 #: ARGV: n, now (ms), lease end (ms), member, then per budget at 5+4i … 8+4i: ttl,
 #: max_requests, max_tokens, max_nano_usd (-1: none).
-#: Returns {0, requests_1 … requests_n} when counted, {i} for the first exhausted
-#: budget (1-based), else {-i} for the first whose room is held by requests in flight
+#: Returns {0, requests_1 … requests_n, then per budget its room in tokens and in
+#: nano-USD (cap - used - in flight * peak; -1: no such cap)} when counted, {i} for the
+#: first exhausted budget (1-based), else {-i} for the first whose room is held by
+#: requests in flight
 #: (an exhausted budget is the better answer: it will not change in a second) —
 #: nothing is counted then.
 _CHECK_LUA = """
@@ -353,13 +377,16 @@ for i = 0, n - 1 do
   end
   used[i] = {t, c}
 end
+local room = {}
 for i = 0, n - 1 do
   local k, a = i * 6, 5 + i * 4
   local mt, mc = tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
   local t, c = used[i][1], used[i][2]
+  local rt, rc = -1, -1
   if mt >= 0 or mc >= 0 then
     redis.call('ZREMRANGEBYSCORE', KEYS[k + 4], '-inf', now)
     local f = redis.call('ZCARD', KEYS[k + 4])
+    local ht, hc = 0, 0
     if f > 0 then
       local pt = redis.call('GET', KEYS[k + 5])
       local pc = redis.call('GET', KEYS[k + 6])
@@ -367,8 +394,13 @@ for i = 0, n - 1 do
           or (mc >= 0 and ((not pc) or c + f * tonumber(pc) >= mc)) then
         return {-(i + 1)}
       end
+      if mt >= 0 then ht = f * tonumber(pt) end
+      if mc >= 0 then hc = f * tonumber(pc) end
     end
+    if mt >= 0 then rt = mt - t - ht end
+    if mc >= 0 then rc = mc - c - hc end
   end
+  room[i] = {rt, rc}
 end
 local out = {0}
 for i = 0, n - 1 do
@@ -380,6 +412,10 @@ for i = 0, n - 1 do
     redis.call('EXPIRE', KEYS[k + 4], tonumber(ARGV[a]))
   end
   out[#out + 1] = r
+end
+for i = 0, n - 1 do
+  out[#out + 1] = room[i][1]
+  out[#out + 1] = room[i][2]
 end
 return out
 """
@@ -483,18 +519,26 @@ def _check_call(
     return [cache.make_key(k) for k in keys], args
 
 
+def _room(pairs: Sequence[int]) -> Room:
+    """The :class:`Room` of :data:`_CHECK_LUA`'s per-budget (tokens, nano-USD) rooms."""
+    tokens = [r for r in pairs[0::2] if r >= 0]
+    nano = [r for r in pairs[1::2] if r >= 0]
+    return Room(min(tokens) if tokens else None, min(nano) if nano else None)
+
+
 def _count(
     cache: SharedStore, budgets: Sequence[Budget], starts: Sequence[int], now: float, member: str
-) -> tuple[int, list[int]]:
-    """Check and count one request in every budget: (0, new request counts), or the
-    1-based index of the first exhausted budget (negative: its room is held by the
-    requests in flight) and []."""
+) -> tuple[int, list[int], Room]:
+    """Check and count one request in every budget: (0, new request counts, the room
+    its tokens and cost caps have left), or the 1-based index of the first exhausted
+    budget (negative: its room is held by the requests in flight), [] and no room."""
     lease_until = now + _lease_s()
     client = _redis(cache)
     if client is not None:
         keys, args = _check_call(cache, budgets, starts, now, member)
         reply = [int(v) for v in run_script(client, _CHECK_LUA, keys, args)]
-        return reply[0], reply[1:]
+        n = len(budgets)
+        return reply[0], reply[1 : n + 1], _room(reply[n + 1 :])
     with _lock:  # LocMem & co: atomic within this process only
         keys = _keys(budgets, starts)
         values = cache.get_many(keys)
@@ -504,18 +548,24 @@ def _count(
         ]
         for i, b in enumerate(budgets):
             if _exhausted(b, *used[i]):
-                return i + 1, []
+                return i + 1, [], Room()
         flying: list[dict[str, float]] = []
+        rooms: list[int] = []
         for i, b in enumerate(budgets):
             _, t, c = used[i]
             members: dict[str, float] = {}
+            pair: tuple[int | None, int | None] = (None, None)
             if _reserves(b):
                 held = cache.get(_key(b, starts[i], "inflight")) or {}
                 members = {m: until for m, until in held.items() if until > now}
                 peaks = cache.get_many([_peak_key(b, "tokens"), _peak_key(b, "cost")])
                 pair = (peaks.get(_peak_key(b, "tokens")), peaks.get(_peak_key(b, "cost")))
                 if _held(b, t, c, len(members), pair):
-                    return -(i + 1), []
+                    return -(i + 1), [], Room()
+            _, mt, mc = _caps(b)
+            f = len(members)
+            rooms += [-1 if mt < 0 else mt - t - f * (pair[0] or 0)]
+            rooms += [-1 if mc < 0 else mc - c - f * (pair[1] or 0)]
             flying.append(members)
         counts: list[int] = []
         for i, b in enumerate(budgets):
@@ -524,7 +574,7 @@ def _count(
             if _reserves(b):
                 flying[i][member] = lease_until
                 cache.set(_key(b, starts[i], "inflight"), flying[i], _ttl(b, now))
-    return 0, counts
+    return 0, counts, _room(rooms)
 
 
 def _settle_call(
@@ -656,7 +706,7 @@ def _check(
     if not isinstance(step, _Counting):
         return step
     try:
-        refused, counts = _count(_cache(), step.budgets, step.starts, step.now, step.member)
+        refused, counts, left = _count(_cache(), step.budgets, step.starts, step.now, step.member)
     except Exception as exc:  # the cache, whatever its backend raises
         _cache_failed(exc)
         return _cache_down_refusal(step.budgets)
@@ -664,7 +714,7 @@ def _check(
         return _refusal(step, refused)
     for crossing in _request_crossings(step, counts):
         _crossed(*crossing)
-    _granted(step)
+    _granted(step, left)
     return None
 
 
@@ -713,9 +763,10 @@ async def acheck(principal: Principal | None, token_key: str | None = None) -> R
         return _cache_down_refusal(step.budgets)
     if reply[0]:
         return _refusal(step, reply[0])
-    for crossing in _request_crossings(step, reply[1:]):
+    n = len(step.budgets)
+    for crossing in _request_crossings(step, reply[1 : n + 1]):
         await _in_worker(_crossed)(*crossing)
-    _granted(step)
+    _granted(step, _room(reply[n + 1 :]))
     return None
 
 
@@ -763,8 +814,19 @@ def _request_crossings(
     ]
 
 
-def _granted(step: _Counting) -> None:
-    _current.set(Grant(budgets=step.budgets, starts=step.starts, member=step.member))
+def _granted(step: _Counting, room: Room) -> None:
+    _current.set(Grant(budgets=step.budgets, starts=step.starts, member=step.member, room=room))
+
+
+def room() -> Room | None:
+    """What the current request's tokens and cost caps had left for it when it was
+    admitted (:func:`check` in this context); None when it is under no such cap. Read
+    from memory: no cache round trip."""
+    grant = _current.get()
+    if grant is None or grant.released:
+        return None
+    found = grant.room
+    return None if found.tokens is None and found.nano_usd is None else found
 
 
 def _fresh_index() -> _Index | None:

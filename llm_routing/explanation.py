@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from .routing.plan import Plan
 
-__all__ = ["CandidateExplanation", "Explanation"]
+__all__ = ["AffinityExplanation", "CandidateExplanation", "Explanation", "HedgeExplanation"]
 
 
 @dataclass(frozen=True)
@@ -53,6 +53,46 @@ class CandidateExplanation:
 
 
 @dataclass(frozen=True)
+class AffinityExplanation:
+    """What an affinity key would do in one step of several (docs/strategies.md)."""
+
+    step: int
+    remembered: str | None  # the provider that served the key last here (None: none)
+    serves: str | None  # the candidate of the step the walk would try first now
+    # kept: back to the remembered one; moved: it is unavailable, the key moves to
+    # whoever answers; new: nothing remembered, the key is remembered for whoever answers
+    outcome: str
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "step": self.step,
+            "remembered": self.remembered,
+            "serves": self.serves,
+            "outcome": self.outcome,
+        }
+
+
+@dataclass(frozen=True)
+class HedgeExplanation:
+    """Whether the first attempt would be hedged now, when and with whom."""
+
+    setting: int | str | None  # the chain's hedge_after_ms: milliseconds, "p95", None
+    after_ms: float | None  # what it resolves to now (None: no delay, no hedge)
+    primary: str | None  # the candidate the walk would try first
+    candidate: str | None  # the hedge: the next one the walk would try (never the mock)
+    reason: str | None = None  # why no hedge would start (None: it would, when due)
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "hedge_after_ms": self.setting,
+            "after_ms": self.after_ms,
+            "primary": self.primary,
+            "candidate": self.candidate,
+            "reason": self.reason,
+        }
+
+
+@dataclass(frozen=True)
 class Explanation:
     """:func:`explain`'s answer: the plan and each candidate's verdict, in order."""
 
@@ -61,6 +101,8 @@ class Explanation:
     deadline_s: float
     max_attempts: int
     picks: tuple[Mapping[str, Any], ...] = ()  # per step of several: the strategy's pick
+    affinity: tuple[AffinityExplanation, ...] | None = None  # None: no affinity key
+    hedge: HedgeExplanation | None = None
 
     @property
     def first_try(self) -> CandidateExplanation | None:
@@ -79,6 +121,8 @@ class Explanation:
             "budget": {"deadline_s": self.deadline_s, "max_attempts": self.max_attempts},
             "candidates": [c.to_dict() for c in self.candidates],
             "picks": [dict(p) for p in self.picks],
+            "affinity": (None if self.affinity is None else [a.to_dict() for a in self.affinity]),
+            "hedge": self.hedge.to_dict() if self.hedge is not None else None,
         }
 
 

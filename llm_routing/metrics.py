@@ -161,7 +161,7 @@ HEDGES = Counter(
     "llm_routing_hedges_total",
     "Hedged requests (docs/strategies.md) by outcome: won (the hedge answered first), "
     "lost (the first attempt did), failed (neither answered), skipped (a hedge was due "
-    "but the deadline or the attempt budget could not afford it).",
+    "but the deadline, the attempt budget or a cost cap could not afford it).",
     ("chain", "outcome"),
     registry=REGISTRY,
 )

@@ -609,3 +609,30 @@ def test_an_exhausted_budget_is_named_before_one_held_by_requests_in_flight():
     budgets.reset_cache_state()  # the rows again
     refused, _ = request()
     assert refused.budget == "b-done" and refused.code == "budget_exceeded"
+
+
+def test_a_grant_carries_the_room_admission_saw():
+    """What a request's tokens and cost caps had left for it when it was admitted (read
+    by hedging, docs/strategies.md): per metric, the smallest ``cap - used - other
+    requests in flight x peak`` over its budgets; a request cap has no room."""
+    Budget.objects.create(name="room-t", scope="global", max_tokens=1000)
+    Budget.objects.create(name="room-t2", scope="global", max_tokens=5000)
+    Budget.objects.create(name="room-c", scope="global", max_cost_usd=Decimal("0.00001"))
+    Budget.objects.create(name="room-r", scope="global", max_requests=100)
+    refused, first = request()
+    assert refused is None and first.room == budgets.Room(tokens=1000, nano_usd=10_000)
+    answer(first, 100, "0.000002")  # peaks: 100 tokens, 2 µ$ (2000 nano-USD)
+    _, second = request()  # nobody else in flight
+    assert second.room == budgets.Room(tokens=900, nano_usd=8000)
+    _, third = request()  # the second is in flight, held at the peaks
+    assert third.room == budgets.Room(tokens=800, nano_usd=6000)
+    assert third.room.holds(800, 6000) and not third.room.holds(801, 0)
+    assert not third.room.holds(0, 6001)
+
+
+def test_room_is_none_without_a_tokens_or_cost_cap():
+    Budget.objects.create(name="reqs", scope="global", max_requests=5)
+    checked = contextvars.Context().run(lambda: (budgets.check(None), budgets.room()))
+    assert checked == (None, None)
+    assert budgets.room() is None  # no request admitted in this context
+    assert budgets.Room().holds(10**9, 10**9)  # nothing capped: anything fits

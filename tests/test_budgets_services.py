@@ -405,3 +405,33 @@ def test_the_budget_rows_read_off_the_loop_leave_no_connection_open(
         budgets.forget()
     assert opened, "the rows were read in a worker thread"
     assert all(wrapper.connection is None for wrapper in opened)
+
+
+def test_the_lua_check_returns_the_room_on_redis(prefix: str) -> None:
+    """The room a grant carries (for hedging) from the Lua step, on both clients."""
+    Budget.objects.create(name="room-t", scope="global", max_tokens=1000)
+    Budget.objects.create(name="room-c", scope="global", max_cost_usd=Decimal("0.00001"))
+    Budget.objects.create(name="room-r", scope="global", max_requests=100)
+
+    def sync() -> budgets.Grant | None:
+        assert budgets.check(None) is None
+        return budgets._current.get()
+
+    async def aio() -> budgets.Grant | None:
+        assert await budgets.acheck(None) is None
+        return budgets._current.get()
+
+    first = contextvars.Context().run(sync)
+    assert first is not None and first.room == budgets.Room(tokens=1000, nano_usd=10_000)
+
+    def settle() -> None:
+        budgets._current.set(first)
+        budgets.settle(100, Decimal("0.000002"))  # peaks: 100 tokens, 2000 nano-USD
+
+    contextvars.Context().run(settle)
+    second = contextvars.Context().run(sync)
+    assert second is not None and second.room == budgets.Room(tokens=900, nano_usd=8000)
+    third = contextvars.Context().run(asyncio.run, aio())
+    assert budgets._CHECK_LUA in scripts_loaded("async")
+    assert third is not None and third.room == budgets.Room(tokens=800, nano_usd=6000)
+    assert budgets.usage([Budget.objects.get(name="room-r")])["room-r"].requests == 3

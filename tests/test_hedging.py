@@ -220,3 +220,86 @@ def test_a_hedged_request_is_one_decision_charged_once(
     used = budgets.usage([Budget.objects.get(name="cap")])["cap"]
     assert used.requests == 1
     assert used.tokens == usage["input_tokens"] + usage["output_tokens"] > 0
+
+
+@pytest.fixture
+def admitted() -> Iterator[None]:
+    """This test's request admitted by its budgets (as the views do before the walk);
+    its grant forgotten afterwards."""
+    budgets.reset_cache_state()
+    yield
+    budgets.forget()
+
+
+def admit() -> None:
+    assert budgets.check(None) is None
+
+
+# "Hedge the slow ones." is 20 characters: 5 input tokens, and 256 output tokens assumed
+# (no max_tokens): an estimate of 261 tokens per call, 522 for the primary and a hedge.
+
+
+@pytest.mark.parametrize("cap", [{"max_tokens": 10_000}, {"max_cost_usd": "10"}])
+def test_a_cap_with_room_for_both_calls_lets_the_hedge_run(
+    fake_upstream: FakeUpstream, admitted: None, cap: dict[str, Any]
+) -> None:
+    chain(fake_upstream)
+    Provider.objects.filter(name="b").update(
+        input_price_per_mtok=1000, output_price_per_mtok=1000
+    )  # 261 tokens at $1000 per million: $0.261
+    Budget.objects.create(name="cap", scope="global", **cap)
+    fake_upstream.script("openai", Faults.slow(3.0, watch=True))
+    fake_upstream.script("anthropic", Faults.slow(0.05))
+    admit()
+    routed = route(REQUEST)
+    assert walk(routed) == [("a", "hedge_lost", "hedge_lost"), ("b", "ok", None)]
+    assert routed.metadata.hedge == "won"
+
+
+@pytest.mark.parametrize(
+    "cap",
+    [
+        {"max_tokens": 500},  # room for one call (261), not two (522)
+        {"max_cost_usd": "0.2"},  # the hedge alone is estimated at $0.261
+        {"max_tokens": 10_000, "max_cost_usd": "0.2"},
+    ],
+)
+def test_a_cap_without_room_for_the_hedge_skips_it(
+    fake_upstream: FakeUpstream, admitted: None, cap: dict[str, Any], settings: Any
+) -> None:
+    settings.LLM_ROUTING = {**settings.LLM_ROUTING, "METRICS_TOKEN": "t" * 32}
+    skipped = hedges("skipped")
+    chain(fake_upstream)
+    Provider.objects.filter(name="b").update(input_price_per_mtok=1000, output_price_per_mtok=1000)
+    Budget.objects.create(name="cap", scope="global", **cap)
+    fake_upstream.script("openai", Faults.slow(0.6))
+    admit()
+    routed = route(REQUEST)
+    assert routed.result.ok and routed.result.provider == "a"  # the primary, alone
+    assert walk(routed) == [("a", "ok", None), ("b", "hedge_skipped", "cost_cap")]
+    assert routed.metadata.hedge == "skipped" and hedges("skipped") == skipped + 1
+    assert called(fake_upstream) == ["a"]
+
+
+def test_an_unpriced_hedge_fits_any_cost_cap(fake_upstream: FakeUpstream, admitted: None) -> None:
+    # b's price is unknown (its model "b" is in no price list): budgets charge it 0.
+    chain(fake_upstream)
+    Budget.objects.create(name="cap", scope="global", max_cost_usd="0.000001")
+    fake_upstream.script("openai", Faults.slow(3.0, watch=True))
+    fake_upstream.script("anthropic", Faults.slow(0.05))
+    admit()
+    routed = route(REQUEST)
+    assert walk(routed) == [("a", "hedge_lost", "hedge_lost"), ("b", "ok", None)]
+
+
+def test_a_request_cap_alone_does_not_bound_the_hedge(
+    fake_upstream: FakeUpstream, admitted: None
+) -> None:
+    chain(fake_upstream)
+    Budget.objects.create(name="cap", scope="global", max_requests=1)
+    fake_upstream.script("openai", Faults.slow(3.0, watch=True))
+    fake_upstream.script("anthropic", Faults.slow(0.05))
+    admit()
+    assert budgets.room() is None
+    routed = route(REQUEST)
+    assert walk(routed) == [("a", "hedge_lost", "hedge_lost"), ("b", "ok", None)]

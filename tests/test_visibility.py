@@ -356,3 +356,30 @@ def test_audit_hides_alike_on_both_faces(user: Any, rows: dict[str, Provider]) -
     for resp in (sync, asynch):
         meta = json.loads(resp.content)["routing_metadata"]
         assert meta["skipped_providers"] == [] and hidden(resp.content.decode())
+
+
+def test_explain_names_no_hidden_provider_in_affinity_or_hedge(
+    user: Any, rows: dict[str, Provider]
+) -> None:
+    """A provider the caller may not see is not named where explain says who served an
+    affinity key or who would hedge (as null)."""
+    from dataclasses import replace
+
+    from llm_routing.access import viewer_for
+    from llm_routing.api.explain_views import visible_explanation
+    from llm_routing.explanation import AffinityExplanation, HedgeExplanation
+    from llm_routing.router import explain
+    from llm_routing.types import AuditRequest
+
+    ex = replace(
+        explain(AuditRequest(task="t", input_text="")),
+        affinity=(AffinityExplanation(0, "vip", "pub", "moved"),),
+        hedge=HedgeExplanation(400, 400.0, "pub", "vip"),
+    )
+    shown = visible_explanation(ex, viewer_for(user))
+    assert shown["affinity"] == [
+        {"step": 0, "remembered": None, "serves": "pub", "outcome": "moved"}
+    ]
+    assert shown["hedge"] == {"hedge_after_ms": 400, "after_ms": 400.0, "primary": "pub",
+                              "candidate": None, "reason": None}  # fmt: skip
+    assert ex.to_dict()["hedge"]["candidate"] == "vip"  # an operator's copy names it

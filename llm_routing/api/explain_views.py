@@ -18,8 +18,8 @@ from ..explanation import CandidateExplanation, Explanation
 from ..router import explain
 from ..snapshot import ConfigSnapshot, current
 from ..types import AuditRequest
-from .base import RoutingAPIView
-from .chat_serializers import check_input, json_text
+from .base import AFFINITY_MAX_CHARS, RoutingAPIView, affinity_header
+from .chat_serializers import StrictCharField, check_input, json_text
 from .schema_docs import EXPLAIN, documented
 from .serializers import (
     SLUG_RE,
@@ -50,6 +50,14 @@ class ExplainQuerySerializer(serializers.Serializer):
         allow_blank=True,
         help_text="A JSON Schema object (as JSON text): the request needs structured output.",
     )
+    affinity = StrictCharField(
+        required=False,
+        allow_blank=True,
+        max_length=AFFINITY_MAX_CHARS,
+        help_text="A prompt-cache affinity key (as /audit/'s affinity field or the "
+        "X-LLM-Affinity header): each step of several goes back to the candidate that "
+        "served it last, read and never written.",
+    )
 
     def to_internal_value(self, data: Any) -> Any:
         check_input(data)  # the input boundary (llm_routing.boundary), as for /audit/
@@ -61,6 +69,11 @@ class ExplainQuerySerializer(serializers.Serializer):
         parsed = json_text(value)  # the same depth limit, no NaN, no lone surrogate
         checked: dict[str, Any] | None = AuditRequestSerializer().validate_response_schema(parsed)
         return checked
+
+    def validate_affinity(self, value: str) -> str:
+        if any(ord(c) < 32 or ord(c) == 127 for c in value):  # as the header
+            raise serializers.ValidationError(f"At most {AFFINITY_MAX_CHARS} printable characters.")
+        return value
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         check_one_provider_choice(attrs)
@@ -77,6 +90,7 @@ class ExplainQuerySerializer(serializers.Serializer):
             chain=d.get("chain") or None,
             response_schema=d.get("schema"),
             stream=bool(d.get("stream")),
+            affinity=d.get("affinity") or None,
         )
 
 
@@ -90,6 +104,12 @@ _PARAMS = [
     OpenApiParameter("schema", OpenApiTypes.STR, description="JSON Schema object, as JSON."),
     OpenApiParameter(
         "request_id", OpenApiTypes.UUID, description="Replay the step picks of this request."
+    ),
+    OpenApiParameter(
+        "affinity",
+        OpenApiTypes.STR,
+        description="A prompt-cache affinity key (else the X-LLM-Affinity header): read "
+        "the candidate that served it last in each step of several.",
     ),
 ]
 
@@ -138,13 +158,27 @@ def visible_explanation(
     data["would_serve_first"] = first.provider if first else None
     data["candidates"] = [c.to_dict() for c in shown]
     hidden = {c.provider for c in explanation.candidates if c.reason == "not_allowed"}
-    data["picks"] = [
-        dict(p)
-        for p in visible_picks(
-            explanation.picks,
-            lambda n: n not in hidden and may_see(viewer, "provider", n, config=config),
-        )
-    ]
+
+    def seen(name: str) -> bool:
+        return name not in hidden and may_see(viewer, "provider", name, config=config)
+
+    data["picks"] = [dict(p) for p in visible_picks(explanation.picks, seen)]
+    if explanation.affinity is not None:  # a name they may not see: as none
+        data["affinity"] = [
+            {
+                **a.to_dict(),
+                "remembered": a.remembered if a.remembered and seen(a.remembered) else None,
+                "serves": a.serves if a.serves and seen(a.serves) else None,
+            }
+            for a in explanation.affinity
+        ]
+    if explanation.hedge is not None:
+        hedge = explanation.hedge
+        data["hedge"] = {
+            **hedge.to_dict(),
+            "primary": hedge.primary if hedge.primary and seen(hedge.primary) else None,
+            "candidate": hedge.candidate if hedge.candidate and seen(hedge.candidate) else None,
+        }
     return data
 
 
@@ -160,7 +194,12 @@ class ExplainView(RoutingAPIView):
         # they may not see is answered as what does not exist (access.may_see).
         viewer = viewer_for(request.user)
         config = current()
-        audit_request = replace(query.to_request(), principal=viewer.principal)
+        audit_request = query.to_request()
+        audit_request = replace(
+            audit_request,
+            principal=viewer.principal,
+            affinity=audit_request.affinity or affinity_header(request),
+        )
         chain = audit_request.chain
         if chain and (config.chain(chain) is None or not may_see(viewer, "chain", chain)):
             raise hidden_chain(chain)

@@ -907,10 +907,24 @@ Nothing is sent: no provider is called, nothing is recorded, no circuit changes 
 half-open circuit's probe slot stays free for the next real request). Use it to check a
 new chain or rule before traffic reaches it, or to see why requests fall back. The
 query takes `task` (required), `route`, `provider`, `force_provider`, `chain`,
-`stream=true`, `schema` (a JSON Schema as JSON text) and `request_id` (a step of several
+`stream=true`, `schema` (a JSON Schema as JSON text), `request_id` (a step of several
 candidates is ordered by its strategy as for that request: a routed request's id replays
-its picks, listed in `picks`). It cannot foresee a provider failing at call time. Same
+its picks, listed in `picks`) and `affinity` (a prompt-cache affinity key, else the
+`X-LLM-Affinity` header). It cannot foresee a provider failing at call time. Same
 authentication, permissions and throttles as `/audit/`.
+
+With an affinity key, each step of several reads — never writes — the candidate that
+served the key last, as the walk does (the pick's reason is then `affinity`), and
+`affinity` lists per such step `remembered` (null: nothing yet), `serves` (the
+candidate it would try first now) and `outcome`: `kept`, `moved` (the remembered one is
+unavailable: the key would move to whoever answers) or `new`; `affinity` is null without
+a key. `hedge` says whether the first attempt would be hedged: the chain's
+`hedge_after_ms` (milliseconds, `"p95"`, or null), `after_ms` (what it resolves to now;
+null for `"p95"` with no p95 yet), the `primary`, the hedge `candidate` (the next
+candidate the walk would try, never the mock) and `reason` when no hedge would start:
+`not_configured`, `forced`, `stream`, `no_primary`, `mock`, `probe`, `no_p95_yet`,
+`no_candidate`, `unavailable`, `attempt_budget` or `deadline` (a budget's cost cap is
+not foreseen).
 
 It shows a caller only what they may use (docs/operations.md, "Who sees what"): a
 `chain` that does not exist or that they may not use is the same 404; a provider they
@@ -959,8 +973,62 @@ and a chain or rule they may not use is not named. Staff see everything.
                     _candidate(2, "mock", "mock-1", circuit="n/a", max_retries=0, backstop=True),
                 ],
                 "picks": [],
+                "affinity": None,
+                "hedge": {
+                    "hedge_after_ms": "p95",
+                    "after_ms": 840.0,
+                    "primary": "anthropic",
+                    "candidate": None,
+                    "reason": "no_candidate",
+                },
             },
             "`openai-main` would be skipped until `open_until`; `anthropic` would serve",
+        ),
+        _response(
+            "Affinity kept, hedged after 400 ms",
+            "200",
+            {
+                "router_mode": "default",
+                "rule": None,
+                "chain_name": "default",
+                "requested_provider": None,
+                "configured": True,
+                "stream_mode": "direct",
+                "would_serve_first": "oa-key2",
+                "budget": {"deadline_s": 60.0, "max_attempts": 4},
+                "candidates": [
+                    _candidate(0, "oa-key2", "gpt-4o-mini"),
+                    {**_candidate(1, "oa-key1", "gpt-4o-mini"), "step": 0},
+                    {**_candidate(2, "anthropic", "claude-3-5-haiku-latest"), "step": 1},
+                    {
+                        **_candidate(3, "mock", "mock-1", circuit="n/a", max_retries=0),
+                        "backstop": True,
+                        "step": 2,
+                    },
+                ],
+                "picks": [
+                    {
+                        "step": 0,
+                        "strategy": "weighted",
+                        "picked": "oa-key2",
+                        "reason": "affinity",
+                        "order": ["oa-key2", "oa-key1"],
+                        "weights": {"oa-key1": 1.0, "oa-key2": 1.0},
+                        "draw": 0.1742,
+                    }
+                ],
+                "affinity": [
+                    {"step": 0, "remembered": "oa-key2", "serves": "oa-key2", "outcome": "kept"}
+                ],
+                "hedge": {
+                    "hedge_after_ms": 400,
+                    "after_ms": 400.0,
+                    "primary": "oa-key2",
+                    "candidate": "oa-key1",
+                    "reason": None,
+                },
+            },
+            "`affinity=conv-42`: the step goes back to `oa-key2`; `oa-key1` would hedge",
         ),
         _response(
             "Bad query",

@@ -311,8 +311,8 @@ class AttemptSerializer(serializers.Serializer):
     outcome = serializers.ChoiceField(
         choices=["ok", "error", "skipped", "hedge_lost", "hedge_skipped"],
         help_text="hedge_lost: cancelled because the other side of a hedge answered first; "
-        "hedge_skipped: a hedge was due but the deadline or the attempt budget could not "
-        "afford it.",
+        "hedge_skipped: a hedge was due but the deadline, the attempt budget or a tokens "
+        "or cost cap could not afford it (its reason: deadline, attempt_budget, cost_cap).",
     )
     error_category = serializers.CharField(allow_null=True)
     http_status = serializers.IntegerField(allow_null=True)

@@ -9,6 +9,7 @@ under the sync and the async drivers.
 from __future__ import annotations
 
 import logging
+import math
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -18,7 +19,7 @@ from typing import Any, TypeVar
 from asgiref.sync import sync_to_async
 from django.db import close_old_connections
 
-from .. import balance, effects, recorder, strategies
+from .. import balance, budgets, effects, recorder, strategies
 from ..availability import may_try, missing_capability, target_dimension
 from ..balance import CountInFlight, Lease, Recall, Remember, Unlease
 from ..conf import routing_settings
@@ -87,7 +88,7 @@ class _Tried:
     strategy: str
     lease: tuple[str, str] | None
     lost_ms: float | None = None  # a hedge's loser: how long it ran before its cancel
-    skipped: str | None = None  # a hedge not started: why (deadline, attempt_budget)
+    skipped: str | None = None  # a hedge not started: why (deadline, attempt_budget, cost_cap)
 
     def unused(self) -> dict[str, object]:
         """The attempt row of a hedge's loser or of a hedge skipped."""
@@ -106,6 +107,7 @@ class _HedgeSide:
     candidate: tuple[int, Candidate] | None = None  # the first it considered
     skipped: str | None = None  # why no second call could be afforded
     tried: _Tried | None = None  # the candidate it called
+    primary: Candidate | None = None  # the first attempt's candidate (for a cost cap)
 
     def entry(self, *, skipped: str) -> _Tried:
         assert self.candidate is not None
@@ -489,7 +491,7 @@ class _Session:
         ]  # fmt: skip
         if not waiting:  # nobody left to hedge with
             return [(yield from self.call(adapter))]
-        hedge = _HedgeSide()
+        hedge = _HedgeSide(primary=tried[0].candidate)
         try:
             raced = yield from Race(
                 self.call(adapter, hedged=True), self._hedge(waiting, hedge, after_s), after_s
@@ -531,9 +533,10 @@ class _Session:
         self, waiting: list[tuple[int, Candidate]], side: _HedgeSide, after_s: float
     ) -> Steps[ProviderResult]:
         """The hedge's side of a :class:`~llm_routing.effects.Race`, run when it is due:
-        whether the request can afford a second call (an attempt left in the budget, and
-        at least ``after_s`` — as long as the primary has had — before the deadline),
-        then the first of ``waiting`` that :func:`may_try` lets through."""
+        whether the request can afford a second call (an attempt left in the budget, at
+        least ``after_s`` — as long as the primary has had — before the deadline, and
+        room in its tokens and cost caps: :meth:`_over_cap`), then the first of
+        ``waiting`` that :func:`may_try` lets through."""
         budget = self.budget
         first_index, first = waiting[0]
         side.candidate = (first_index, first)
@@ -541,6 +544,8 @@ class _Session:
             side.skipped = "attempt_budget"
         elif budget.remaining() < max(MIN_ATTEMPT_S, after_s):
             side.skipped = "deadline"  # less time left than the primary has had
+        elif self._over_cap(side.primary, first):
+            side.skipped = "cost_cap"
         if side.skipped is not None:
             return _skip_result(first.name, first.model, "hedge_skipped")
         for index, candidate in waiting:
@@ -555,6 +560,27 @@ class _Session:
                 side.tried = _Tried(index, candidate, row, "", None)
                 return (yield from self.call(adapter, hedged=True))
         return _skip_result(first.name, first.model, "unavailable")
+
+    def _over_cap(self, primary: Candidate | None, hedge: Candidate) -> bool:
+        """Whether the tokens or cost caps this request was admitted under cannot hold a
+        hedge on ``hedge``: the room admission saw (:func:`budgets.room`, from memory;
+        None without such a cap) against this request's estimate on the primary plus
+        its estimate on the hedge (:func:`balance.estimate_tokens`, and the ``cost``
+        strategy's :func:`balance.estimate_usd`; an unknown price counts 0, as budgets
+        charge it)."""
+        room = budgets.room()
+        if room is None:
+            return False
+        tokens = nano = 0
+        for candidate in (primary, hedge):
+            if candidate is None:
+                continue
+            row = self.rows.get(candidate.name)
+            tokens += balance.estimate_tokens(row, self.request)
+            if room.nano_usd is not None:
+                usd = balance.estimate_usd(row, candidate.model, self.request)
+                nano += math.ceil(usd * budgets.NANO) if usd else 0
+        return not room.holds(tokens, nano)
 
     def _settle_attempt(self, done: _Tried, result: ProviderResult) -> Steps[bool]:
         """Record one ended attempt (and what the strategies learn from it); whether it
