@@ -6,8 +6,9 @@ configuration (:func:`llm_routing.snapshot.current`), so the step numbers are th
 window, their share of the step's answers, and for a ``weighted`` step the share its
 weight asks for. One aggregate query over the served Attempt rows of the window's slice
 (sampled and scaled like the other Attempt charts), joined to their decision for the
-chain's name. How each pick was made (the strategy, or prompt-cache affinity) is not
-stored with the rows: ``llm_routing_picks_total{reason}`` counts it.
+chain's name (the join restricted to the same decision ids). How each pick was made
+(the strategy, or prompt-cache affinity) is not stored with the rows:
+``llm_routing_picks_total{reason}`` counts it.
 
 **Hedges.** For every chain that hedges (``hedge_after_ms``), or whose requests hedged
 in the window: its requests, and how their hedge went — ``won``, ``lost``, ``failed``,
@@ -22,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from django.db.models import Count, Q
+from django.db.models import Count, FilteredRelation, Q
 
 from . import snapshot
 from .models import Attempt, RoutingDecision
@@ -92,6 +93,22 @@ def _steps_of_several() -> dict[str, list[tuple[int, str, dict[str, float]]]]:
     return out
 
 
+def _on_decision(where: Q) -> Q:
+    """A window's filter on ``Attempt.decision_id`` as the same filter on the joined
+    decision's id (``decision__id__gte`` …, read inside a FilteredRelation)."""
+    out = Q()
+    out.connector, out.negated = where.connector, where.negated
+    for child in where.children:
+        if isinstance(child, Q):
+            out.children.append(_on_decision(child))
+        else:
+            assert isinstance(child, tuple), child
+            lookup, value = child
+            assert lookup.startswith("decision_id__"), lookup
+            out.children.append((lookup.replace("decision_id__", "decision__id__", 1), value))
+    return out
+
+
 def step_splits(where: Q | None, scale: float = 1.0) -> list[StepSplit]:
     """The served answers per candidate of every step of several, over the Attempt rows
     ``where`` selects (the window's slice; None: an empty window), counts times
@@ -101,15 +118,19 @@ def step_splits(where: Q | None, scale: float = 1.0) -> list[StepSplit]:
         return []
     served: dict[tuple[str, int], dict[str, int]] = {}
     if where is not None:
+        # The decision side of the join gets the same id ranges (in its ON clause):
+        # without them PostgreSQL hashes every decision row to find the chain names.
         rows = (
-            Attempt.objects.filter(where, served=True, decision__chain_name__in=list(config))
+            Attempt.objects.filter(where, served=True)
             .exclude(step=None)
-            .values("decision__chain_name", "step", "provider")
+            .alias(d=FilteredRelation("decision", condition=_on_decision(where)))
+            .filter(d__chain_name__in=list(config))
+            .values("d__chain_name", "step", "provider")
             .annotate(n=Count("*"))
             .order_by()
         )
         for row in rows:
-            key = (row["decision__chain_name"], row["step"] or 0)  # never None: excluded
+            key = (row["d__chain_name"], row["step"] or 0)  # never None: excluded
             served.setdefault(key, {})[row["provider"]] = round(row["n"] * scale)
     out: list[StepSplit] = []
     for chain, steps in config.items():

@@ -324,3 +324,21 @@ def test_the_decision_page_says_how_its_hedge_went(admin_client):
         reverse("admin:llm_routing_routingdecision_change", args=[row.pk])
     ).content.decode()
     assert "Hedge:" in html and ">won<" in html
+
+
+@pytest.mark.services
+def test_the_panels_on_postgresql(hedge_history, scripted, key_env):
+    """The same aggregates on PostgreSQL (services suite): the join of the served
+    attempts to their decision, the distinct count of the skip reasons."""
+    from django.db import connection
+
+    assert connection.vendor == "postgresql"
+    test_hedges_per_chain_with_rates_and_skip_reasons(hedge_history)
+    stepped("stepped", {"x": 1.0, "y": 3.0}, is_default=False)
+    served: Counter[str] = Counter()
+    for _ in range(8):
+        request = AuditRequest(task="t", input_text="hi", chain="stepped")
+        served[route(request, sleeper=lambda s: None).result.provider] += 1
+    (split,) = dashboard.build("1h").steps
+    assert {c.provider: c.served for c in split.candidates} == {"x": served["x"], "y": served["y"]}
+    assert [c.weight_share for c in split.candidates] == [0.25, 0.75]
