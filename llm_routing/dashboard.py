@@ -13,6 +13,9 @@ charts: ``SAMPLE_BLOCKS`` evenly spaced stretches of consecutive decision ids, a
 ``SAMPLE_DECISIONS`` decisions in all (a time-stratified sample), read as index range
 scans; counts are scaled up by the sampling ratio and the page says they are estimates.
 The request and fallback counts are always exact.
+
+The spend tables are :mod:`llm_routing.dashboard_spend`'s, the Steps and Hedges panels
+:mod:`llm_routing.dashboard_steps`'s.
 """
 
 from __future__ import annotations

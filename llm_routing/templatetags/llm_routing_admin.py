@@ -36,7 +36,7 @@ def llmr_admin_links(context: template.Context) -> dict[str, Any]:
             (
                 reverse("admin:llm_routing_dashboard"),
                 "Routing dashboard",
-                "Requests, fallbacks, failures, latency and spend",
+                "Requests, fallbacks, failures, latency, spend, steps and hedges",
             )
         )
     if user.has_perm("llm_routing.view_provider"):
