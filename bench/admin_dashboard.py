@@ -35,37 +35,40 @@ FILL_SQL = """
 INSERT INTO llm_routing_routingdecision
     (request_id, task, route, rule, router_mode, chain_name, requested_provider,
      selected_provider, fallback_used, fallback_reason, status, mode, input_length,
-     input_sha256, total_latency_ms, user_pk, created_at)
+     input_sha256, total_latency_ms, user_pk, hedge, created_at)
 SELECT md5(g::text || 'd')::uuid, 'summarize', '', '', 'default', 'main', '',
        CASE WHEN g % 5 = 0 THEN 'backup' ELSE 'primary' END,
        g % 5 = 0 OR g % 11 = 0,
        CASE WHEN g % 5 = 0 THEN 'unavailable' WHEN g % 11 = 0 THEN 'circuit_open' ELSE '' END,
        'ok', 'live', 100, repeat('0', 64), 100 + (g % 900), (g % 50)::text,
+       CASE WHEN g % 20 = 0 THEN 'won' WHEN g % 20 = 1 THEN 'lost' WHEN g % 97 = 2 THEN 'failed'
+            WHEN g % 101 = 3 THEN 'skipped' ELSE '' END,
        now() - interval '8 days' * (1 - g::float / %(n)s)
 FROM generate_series(1, %(n)s) AS g;
 """
 
 # Per decision: attempt 0 on primary (ok, error when id % 5 = 0, skipped when id % 11 = 0);
 # a second attempt on backup when the first did not serve; a skipped third row on a
-# disabled provider for every other decision.
+# disabled provider for every other decision. primary and backup are step 0 of chain
+# "main" (a weighted step of two: the dashboard's Steps panel), offline-vendor step 1.
 ATTEMPTS_SQL = """
 INSERT INTO llm_routing_attempt
     (decision_id, index, provider, model, outcome, reason, error_category, http_status,
-     transient, retries, latency_ms, served, partial)
+     transient, retries, latency_ms, served, partial, step)
 SELECT d.id, 0, 'primary', 'm1',
        CASE WHEN d.id % 11 = 0 THEN 'skipped' WHEN d.id % 5 = 0 THEN 'error' ELSE 'ok' END,
        CASE WHEN d.id % 11 = 0 THEN 'circuit_open' WHEN d.id % 5 = 0 THEN 'unavailable'
             ELSE '' END,
        '', NULL::smallint, d.id % 5 = 0, (d.id % 3)::int, 20 + (d.id * 7919 % 1500), d.id % 55 <> 0
-           AND d.id % 5 <> 0 AND d.id % 11 <> 0, false
+           AND d.id % 5 <> 0 AND d.id % 11 <> 0, false, 0
 FROM llm_routing_routingdecision d
 UNION ALL
 SELECT d.id, 1, 'backup', 'b1', 'ok', '', '', NULL::smallint, false, 0, 30 + (d.id * 104729 % 900),
-       true, false
+       true, false, 0
 FROM llm_routing_routingdecision d WHERE d.id % 5 = 0 OR d.id % 11 = 0
 UNION ALL
 SELECT d.id, 2, 'offline-vendor', 'x', 'skipped', CASE WHEN d.id % 4 = 0 THEN 'missing_key'
-       ELSE 'disabled' END, '', NULL::smallint, false, 0, 0, false, false
+       ELSE 'disabled' END, '', NULL::smallint, false, 0, 0, false, false, 1
 FROM llm_routing_routingdecision d WHERE d.id % 2 = 0;
 """
 
@@ -95,6 +98,7 @@ def fill(target_attempts: int) -> tuple[int, int]:
     from django.db import connection
 
     call_command("migrate", verbosity=0)
+    configure()
     # 1 + 0.2 + 0.09 (overlap removed) + 0.5 attempts per decision on average.
     per_decision = 1 + (1 / 5 + 1 / 11 - 1 / 55) + 1 / 2
     decisions = int(target_attempts / per_decision)
@@ -133,6 +137,21 @@ def fill(target_attempts: int) -> tuple[int, int]:
     return decisions, attempts
 
 
+def configure() -> None:
+    """Chain "main": primary and backup in a weighted step (3:1), hedged at p95 — the
+    configuration the Steps and Hedges panels read (the routing snapshot)."""
+    from llm_routing.models import Chain, ChainEntry, Provider
+
+    chain, _ = Chain.objects.update_or_create(name="main", defaults={"hedge_after_ms": "p95"})
+    ChainEntry.objects.filter(chain=chain).delete()
+    for position, (name, weight) in enumerate((("primary", 3.0), ("backup", 1.0))):
+        provider, _ = Provider.objects.get_or_create(
+            name=name, defaults={"kind": "mock", "model": f"{name}-model"}
+        )
+        ChainEntry.objects.create(chain=chain, provider=provider, position=position, step=1,
+                                  weight=weight, strategy="weighted")  # fmt: skip
+
+
 def timed(fn: Callable[[], object]) -> Callable[[], float]:
     def run() -> float:
         started = time.perf_counter()
@@ -157,7 +176,7 @@ def main() -> None:
     from django.db import connection
     from django.utils import timezone
 
-    from llm_routing import dashboard, dashboard_spend
+    from llm_routing import dashboard, dashboard_spend, dashboard_steps
 
     if args.no_fill:
         with connection.cursor() as cur:
@@ -167,6 +186,7 @@ def main() -> None:
             attempts = int(cur.fetchone()[0])
     else:
         decisions, attempts = fill(args.attempts)
+    configure()
 
     variants: dict[str, Callable[[], float]] = {}
     for window, delta in dashboard.WINDOWS.items():
@@ -192,7 +212,13 @@ def main() -> None:
         variants[f"{window} spend per provider / user"] = timed(
             lambda s=since: dashboard_spend.spend(s())
         )
-        variants[f"{window} whole page (all five)"] = timed(lambda w=window: dashboard.build(w))
+        variants[f"{window} steps: served split per candidate"] = timed(
+            lambda f=first: dashboard_steps.step_splits(
+                (part := f()) and part.where, part.scale if part else 1.0
+            )
+        )
+        variants[f"{window} hedges per chain"] = timed(lambda s=since: dashboard_steps.hedges(s()))
+        variants[f"{window} whole page (all seven)"] = timed(lambda w=window: dashboard.build(w))
     samples = interleaved_samples(variants, rounds=args.rounds, warmup=2)
     with connection.cursor() as cur:
         cur.execute("SHOW server_version")
@@ -237,9 +263,13 @@ Reading: the window's requests and fallbacks are counted exactly from the
 skip reasons a partial index of skipped rows. A window of more than 40,000 decisions
 (here 24 h and 7 d) is sampled for those three charts: 40 evenly spaced stretches of
 consecutive decision ids, 20,000 decisions in all, counts scaled up (the page says they
-are estimates). So their cost no longer grows with the window: every chart stays under
-the 200 ms goal at a million rows, the exact request count of 7 d being the most
-expensive.
+are estimates). So their cost no longer grows with the window. The Steps panel reads
+the served Attempt rows of the same decision-id ranges (sampled alike), joined to their
+decisions for the chain's name, the join restricted to the same ids (without that
+restriction PostgreSQL hashed every decision row: 194 ms at 24 h). The spend tables
+and the Hedges panel count the window's decisions exactly, index-only (`(created_at,
+user_pk, selected_provider)` and `(created_at, chain_name, hedge)`), so like the
+request count they grow with the window: at 7 d they are the most expensive figures.
 {END}"""
     if args.write:
         replace_docs_section(ROOT / "docs" / "benchmarks.md", BEGIN, END, block)

@@ -535,6 +535,7 @@ class RoutingDecisionAdmin(DecisionDisplayMixin, LogMixin, admin.ModelAdmin):
                     "requested_provider",
                     "served_by",
                     "fallback",
+                    "hedge",
                     "total_latency",
                 ]
             },

@@ -31,6 +31,8 @@ COLORS = {
     "served": "#2b7a2f",
     "error": "#c0392b",
     "skipped": "#9e9e9e",
+    "hedge_lost": "#7b5ea7",
+    "hedge_skipped": "#b39ddb",
     "p50": "#417690",
     "p95": "#e0a030",
     "bar": "#417690",

@@ -13,6 +13,9 @@ charts: ``SAMPLE_BLOCKS`` evenly spaced stretches of consecutive decision ids, a
 ``SAMPLE_DECISIONS`` decisions in all (a time-stratified sample), read as index range
 scans; counts are scaled up by the sampling ratio and the page says they are estimates.
 The request and fallback counts are always exact.
+
+The spend tables are :mod:`llm_routing.dashboard_spend`'s, the Steps and Hedges panels
+:mod:`llm_routing.dashboard_steps`'s.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from django.db.models import Aggregate, Count, FloatField, Q
 from django.utils import timezone
 
 from .dashboard_spend import Spend, spend
+from .dashboard_steps import HedgeRow, StepSplit, hedges, step_splits
 from .models import Attempt, RoutingDecision
 
 __all__ = [
@@ -208,6 +212,8 @@ class Dashboard:
     skips: list[tuple[str, int]] = field(default_factory=list)
     sampled_decisions: int | None = None  # set when the Attempt charts are estimates
     spend: Spend | None = None  # per provider / user (dashboard_spend)
+    steps: list[StepSplit] = field(default_factory=list)  # per step of several
+    hedges: list[HedgeRow] = field(default_factory=list)  # per chain that hedges
 
 
 def build(window: str = DEFAULT_WINDOW, *, now: datetime | None = None) -> Dashboard:
@@ -223,4 +229,6 @@ def build(window: str = DEFAULT_WINDOW, *, now: datetime | None = None) -> Dashb
         skips=top_skip_reasons(part),
         sampled_decisions=part.decisions if part is not None and part.sampled else None,
         spend=spend(since),
+        steps=step_splits(part.where if part is not None else None, part.scale if part else 1.0),
+        hedges=hedges(since),
     )

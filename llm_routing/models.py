@@ -482,6 +482,10 @@ class RoutingDecision(models.Model):
     # The caller's user pk (as text; blank: anonymous or the Python API), for the
     # dashboard's per-user figures. Not a foreign key: logs outlive deleted users.
     user_pk = models.CharField(max_length=64, blank=True, default="", editable=False)
+    # How the request's hedge went (``routing_metadata.hedge``): won, lost, failed,
+    # skipped; blank when no hedge was due. The Attempt rows alone cannot tell a hedge
+    # that answered after the primary failed from a failover, nor a hedge that failed.
+    hedge = models.CharField(max_length=8, blank=True, default="", editable=False)
     # When the decision was made, set by the recorder (a write-behind batch or the spool's
     # replay writes it later); not auto_now_add, which would overwrite it with the write
     # time.
@@ -497,6 +501,9 @@ class RoutingDecision(models.Model):
             models.Index(
                 fields=["created_at", "user_pk", "selected_provider"], name="llmr_decision_spend"
             ),
+            # The dashboard's hedges per chain over a window (with the chain's requests,
+            # for the hedge rate), index-only.
+            models.Index(fields=["created_at", "chain_name", "hedge"], name="llmr_decision_hedge"),
         ]
 
     def __str__(self) -> str:

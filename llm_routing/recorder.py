@@ -108,6 +108,7 @@ def decision_rows(request: AuditRequest, routed: RoutingResult) -> dict[str, Any
             "input_sha256": request.input_sha256,
             "total_latency_ms": routed.total_latency_ms,
             "user_pk": _user_pk(request),
+            "hedge": meta.hedge or "",
             "cost_usd": pricing.format_usd(cost.total),
             "created_at": timezone.now().isoformat(),
         },

@@ -13,10 +13,11 @@ from django.urls import reverse
 from ..admin_words import term, words
 from ..charts import COLORS, Bar, Segment, bar_chart_svg, stacked_bar_chart_svg
 from ..dashboard import DEFAULT_WINDOW, WINDOWS, build
+from ..dashboard_steps import HedgeRow, StepSplit
 
 register = template.Library()
 
-OUTCOME_ORDER = ("ok", "error", "skipped")
+OUTCOME_ORDER = ("ok", "error", "skipped", "hedge_lost", "hedge_skipped")
 
 register.filter("llmr_words", words)
 register.filter("llmr_term", term)
@@ -35,7 +36,7 @@ def llmr_admin_links(context: template.Context) -> dict[str, Any]:
             (
                 reverse("admin:llm_routing_dashboard"),
                 "Routing dashboard",
-                "Requests, fallbacks, failures, latency and spend",
+                "Requests, fallbacks, failures, latency, spend, steps and hedges",
             )
         )
     if user.has_perm("llm_routing.view_provider"):
@@ -114,4 +115,59 @@ def dashboard_context(window: str) -> dict[str, Any]:
         "sampled_decisions": board.sampled_decisions,
         "latency": [(p, round(p50), round(p95)) for p, (p50, p95) in sorted(board.latency.items())],
         "spend": board.spend,
+        "steps": [_step_view(s) for s in board.steps],
+        "hedges": [_hedge_view(h) for h in board.hedges],
+    }
+
+
+def _pct(fraction: float | None) -> str:
+    return "—" if fraction is None else f"{100 * fraction:.1f}"
+
+
+def _step_view(split: StepSplit) -> dict[str, Any]:
+    """One step of several, ready to render: per candidate the served answers and share,
+    the configured share (weighted), the drift in percentage points, and the bar's
+    widths (0..100)."""
+    rows = []
+    for c in split.candidates:
+        drift = c.drift
+        rows.append(
+            {
+                "provider": c.provider,
+                "served": c.served,
+                "share": _pct(c.share if split.served else None),
+                "weight": "—" if c.weight is None else f"{c.weight:g}",
+                "configured": _pct(c.weight_share),
+                "drift": "—" if drift is None or not split.served else f"{100 * drift:+.1f}",
+                "bar": round(100 * c.share, 1) if split.served else 0.0,
+                "mark": None if c.weight_share is None else round(100 * c.weight_share, 1),
+                "gone": c.weight is None,
+            }
+        )
+    return {
+        "chain": split.chain,
+        "step": split.step,
+        "strategy": split.strategy,
+        "weighted": split.strategy == "weighted",
+        "served": split.served,
+        "rows": rows,
+    }
+
+
+def _hedge_view(row: HedgeRow) -> dict[str, Any]:
+    return {
+        "chain": row.chain or "—",
+        "hedge_after": (
+            "off now"
+            if not row.hedge_after
+            else ("p95" if row.hedge_after == "p95" else f"{row.hedge_after} ms")
+        ),
+        "requests": row.requests,
+        "hedged": row.hedged,
+        "won": row.counts.get("won", 0),
+        "lost": row.counts.get("lost", 0),
+        "failed": row.counts.get("failed", 0),
+        "skipped": row.counts.get("skipped", 0),
+        "skip_reasons": row.skip_reasons,
+        "rate": _pct(row.rate),
     }
