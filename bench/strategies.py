@@ -218,14 +218,14 @@ async def _least_in_flight(clients: int, seconds: float, counters: str) -> dict[
     from llm_routing.router import aroute
     from llm_routing.types import AuditRequest
 
-    # The counts the strategy reads, per decision (sum over the candidates).
-    seen: list[int] = []
+    # The counts the strategy reads, per decision and candidate.
+    seen: list[dict[str, int]] = []
     count = balance._aleases
 
     async def counting(names: tuple[str, ...], op: str, lease: str = "") -> list[int]:
         out = await count(names, op, lease)
         if op == "count":
-            seen.append(sum(out))
+            seen.append(dict(zip(names, out, strict=True)))
         return out
 
     balance._aleases = counting
@@ -252,7 +252,9 @@ async def _least_in_flight(clients: int, seconds: float, counters: str) -> dict[
         "fast": sum(s[0] for s in samples) / len(samples),
         "slow": sum(s[1] for s in samples) / len(samples),
         "served": dict(served),
-        "seen": sum(seen) / max(len(seen), 1),
+        "seen": {
+            name: sum(s.get(name, 0) for s in seen) / max(len(seen), 1) for name in ("fast", "slow")
+        },
     }
 
 
@@ -313,7 +315,8 @@ def least_in_flight(
             p.join()
         fast = sum(p["fast"] for p in parts)
         slow = sum(p["slow"] for p in parts)
-        seen = sum(p["seen"] for p in parts) / workers
+        # What a decision read, on average over the processes' decisions.
+        seen = {c: sum(p["seen"][c] for p in parts) / workers for c in ("fast", "slow")}
         served: Counter[str] = sum((Counter(p["served"]) for p in parts), Counter())
         n = sum(served.values())
         share = slow / (fast + slow)
@@ -322,8 +325,9 @@ def least_in_flight(
             f"| least_in_flight, {counters} counters: {workers} processes x "
             f"{clients // workers} clients, {fast_ms:g} / {5 * fast_ms:g} ms, {seconds:g} s "
             f"({n} requests, {100.0 * served['slow'] / n:.1f} % to the slow one) | "
-            f"calls in flight: fast {fast:.1f}, slow {slow:.1f}; in-flight count read per "
-            f"decision {seen:.1f} of {fast + slow:.1f} | slow: {100 * share:.1f} % of the "
+            f"calls in flight (sampled at the adapters, all processes): fast {fast:.1f}, slow "
+            f"{slow:.1f}; counts a decision read: fast {seen['fast']:.1f}, slow "
+            f"{seen['slow']:.1f} | slow: {100 * share:.1f} % of the "
             f"calls in flight, {ratio:.2f} x its fair share (target <= 1.5) | "
             f"{'yes' if ratio <= 1.5 else 'NO'} |"
         )
