@@ -25,8 +25,8 @@ Every routed request is a real walk (``route()`` / ``aroute()``).
   deployment without Redis does (everything else stays on Redis):
   ``per process`` (each process's own leases), and ``per request`` (each client its own
   leases: the counts of a deployment of single-request workers, e.g. 64 sync workers).
-  Also reported: the in-flight counts the strategy read per decision (the sum over the
-  candidates) against the calls in flight in all processes.
+  Also reported: the in-flight counts the strategy read, per candidate, averaged over
+  the decisions (against the calls in flight in all processes).
 * **hedging** — a fake OpenAI-format upstream (aiohttp, a separate process, real
   sockets) answers model ``tail`` in 200 ms, or 8 s when the prompt says so (5 % of the
   requests), and model ``steady`` in 300 ms; it counts requests, completed answers and
@@ -37,7 +37,9 @@ Every routed request is a real walk (``route()`` / ``aroute()``).
   over a chain of the two, unhedged, then with ``hedge_after_ms = 400``: the p99
   end-to-end latency (target: hedged at most 1/5), upstream calls per request (at most
   1.10), and the upstream's disconnects against the ``hedge_lost`` Attempt rows (they
-  must match), with what those rows charged.
+  must match; each row is also looked up, by its request id, in what the upstream saw
+  of that request), with what those rows charged. ``--database-url`` must be a
+  database of the bench's own: its providers, chains and decisions are deleted first.
 
 Prints the date, the command, the load average before and after, and a Markdown table.
 The routing cache is Redis (``--redis-url``; its database is flushed first: give the
@@ -641,7 +643,9 @@ def main() -> None:
         help="the routing cache on this Redis, flushed first ('' : LocMem)",
     )
     parser.add_argument(
-        "--database-url", default="", help="hedging's database (default: SQLite in a temp file)"
+        "--database-url",
+        default="",
+        help="hedging's database, emptied of routing rows first (default: SQLite, temp file)",
     )
     args = parser.parse_args()
     started = datetime.now(UTC)
