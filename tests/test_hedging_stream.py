@@ -13,17 +13,31 @@ its stream once it has opened it)."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
-from collections.abc import Iterator
-from typing import Any
+import threading
+from collections.abc import AsyncIterator, Iterator
+from typing import Any, ClassVar
 
 import pytest
 from django.test import override_settings
 
 from llm_routing import balance
-from llm_routing.models import Attempt, Chain, Provider, RoutingDecision
+from llm_routing.models import Attempt, Chain, ChainEntry, Provider, RoutingDecision
+from llm_routing.providers import registry
+from llm_routing.providers.base import BaseProvider
 from llm_routing.router import route_stream
-from llm_routing.types import AuditRequest, StreamChunk, StreamFailure, StreamResult
+from llm_routing.routing.walk import _Hold
+from llm_routing.types import (
+    AuditRequest,
+    StreamChunk,
+    StreamDelta,
+    StreamEnd,
+    StreamEvent,
+    StreamFailure,
+    StreamResult,
+    Usage,
+)
 from tests.fakes.upstream import FakeUpstream, Faults
 from tests.support import wait_for
 from tests.test_hedging import called, chain, failures, hedges, walk
@@ -210,3 +224,112 @@ def test_no_hedge_without_hedge_after_ms(fake_upstream: FakeUpstream) -> None:
     assert walk(last.routed) == [("a", "ok", None)]
     assert last.routed.metadata.hedge is None
     assert called(fake_upstream) == ["a"]
+
+
+class Racer(BaseProvider):
+    """Two streams that reach their first token together: the primary's (``a``) waits
+    until the hedge's (``b``) has started. Both open, so the walk itself releases the
+    loser (the drivers cannot cancel a side that has already answered)."""
+
+    kind: ClassVar[str] = "racer"
+    requires_key: ClassVar[bool] = False
+    go: ClassVar[threading.Event] = threading.Event()
+    ago: ClassVar[asyncio.Event | None] = None
+    cut: ClassVar[list[str]] = []  # streams closed before their end
+
+    def complete(self, request: AuditRequest, *, api_key: str | None, timeout: float) -> Any:
+        raise NotImplementedError
+
+    def _events(self) -> list[StreamEvent]:
+        name = self.config.name
+        usage = Usage(input_tokens=2, output_tokens=2)
+        return [StreamDelta(f"{name} "), StreamDelta("answers"), StreamEnd("stop", usage=usage)]
+
+    def stream(
+        self, request: AuditRequest, *, api_key: str | None, timeout: float
+    ) -> Iterator[StreamEvent]:
+        ended = False
+        try:
+            if self.config.name == "a":
+                Racer.go.wait(10)
+            Racer.go.set()
+            for event in self._events():
+                ended = isinstance(event, StreamEnd)
+                yield event
+        except GeneratorExit:
+            if not ended:
+                Racer.cut.append(self.config.name)
+            raise
+
+    async def astream(
+        self, request: AuditRequest, *, api_key: str | None, timeout: float
+    ) -> AsyncIterator[StreamEvent]:
+        ended = False
+        go = Racer.ago = Racer.ago or asyncio.Event()
+        try:
+            if self.config.name == "a":
+                await go.wait()
+            go.set()
+            for event in self._events():
+                ended = isinstance(event, StreamEnd)
+                yield event
+        except GeneratorExit:
+            if not ended:
+                Racer.cut.append(self.config.name)
+            raise
+
+
+@pytest.fixture
+def racers() -> Iterator[None]:
+    registry.register("racer", Racer)
+    Racer.go, Racer.ago, Racer.cut = threading.Event(), None, []
+    row = Chain.objects.create(name="main", is_default=True, hedge_after_ms="100")
+    for position, name in enumerate(("a", "b")):
+        provider = Provider.objects.create(
+            name=name, kind="racer", model=name, supports_streaming=True, max_retries=0
+        )
+        ChainEntry.objects.create(chain=row, provider=provider, position=position)
+    yield
+    registry.clear_adapter_cache()
+
+
+@pytest.mark.usefixtures("racers")
+def test_a_loser_that_had_opened_its_stream_too_is_closed_once_and_recorded_lost() -> None:
+    text, sources, last = run()
+    assert isinstance(last, StreamResult)
+    routed = last.routed
+    won = routed.result.provider
+    lost = {"a": "b", "b": "a"}[won]
+    assert text == f"{won} answers" and sources == {won}
+    outcomes = {p: (o, r) for p, o, r in walk(routed)}
+    assert outcomes == {won: ("ok", None), lost: ("hedge_lost", "hedge_lost")}
+    assert routed.metadata.hedge == ("won" if won == "b" else "lost")
+    assert wait_for(lambda: Racer.cut == [lost], 10.0), Racer.cut  # closed, and once
+    assert failures(lost) == 0 and failures(won) == 0
+
+
+def test_a_hold_released_by_the_walk_or_by_its_side_exactly_once() -> None:
+    published: list[str] = []
+    released: list[str] = []
+
+    def release() -> Iterator[Any]:
+        released.append("released")
+        yield from ()
+
+    kept = _Hold()
+    assert kept.keep(lambda: published.append("kept"), release) is True
+    assert _drive(kept.lose()) is True and released == ["released"]
+    assert _drive(kept.lose()) is False and released == ["released"]  # not twice
+    late = _Hold()
+    assert _drive(late.lose()) is False  # nothing kept yet: nothing to release
+    assert late.keep(lambda: published.append("late"), release) is False
+    assert published == ["kept"] and released == ["released"]  # the side releases it
+
+
+def _drive(steps: Any) -> Any:
+    """Run a core that yields no effect to its end (its return value)."""
+    try:
+        while True:
+            next(steps)
+    except StopIteration as stop:
+        return stop.value
