@@ -5,11 +5,12 @@ connection closed) or loses, a hedge skipped for the attempt budget or the deadl
 the first attempt failing while the hedge runs, no hedge for a first token in time; the
 loser recorded as ``hedge_lost`` and never counted on its circuit.
 
-Delays are generous and only their order matters (a slow first token of 2 or 3 s against a
-hedge after 100 ms); nothing here times anything. A loser's upstream sends its chunks
-50 ms apart, so the fake sees the client's close (a write fails) even when the close
-comes after the first token (the sync driver's loser cannot be interrupted: it closes
-its stream once it has opened it)."""
+Delays are generous and only their order matters (a slow first token of 2 s against a
+hedge after 100 ms); nothing here times anything. A slow upstream counts a client that
+closes the connection while it waits to send the first token (the event loop's loser is
+cancelled then), and sends its chunks 50 ms apart, so it also sees a close that comes
+after the first token (the sync driver's loser cannot be interrupted: it closes its
+stream once it has opened it)."""
 
 from __future__ import annotations
 
@@ -78,8 +79,9 @@ def answer(name: str, **script: Any) -> Any:
 
 
 def slow(name: str, first: float) -> Any:
-    """A first token after ``first`` seconds, then a chunk every 50 ms."""
-    return answer(name, first_chunk_delay=first, interval=0.05)
+    """A first token after ``first`` seconds (a client that closes the connection
+    meanwhile is counted at once), then a chunk every 50 ms."""
+    return answer(name, first_chunk_delay=first, interval=0.05, watch=True)
 
 
 def run(**kwargs: Any) -> tuple[str, set[str], StreamResult | StreamFailure]:
@@ -132,7 +134,7 @@ def test_the_hedge_loses_when_the_primary_s_first_token_comes_first(
 ) -> None:
     streams(fake_upstream)
     fake_upstream.script("openai", answer("a", first_chunk_delay=0.6))
-    fake_upstream.script("anthropic", slow("b", 3.0))
+    fake_upstream.script("anthropic", slow("b", 2.0))
     lost = hedges("lost")
     text, sources, last = run()
     assert isinstance(last, StreamResult)
