@@ -111,6 +111,7 @@ ROUTING_TESTS = [
     "tests/test_router_async.py",
     "tests/test_router_tools.py",
     "tests/test_hedging.py",  # the walk's hedges (Race: both drivers)
+    "tests/test_hedging_stream.py",  # a stream's hedges (both drivers)
 ]
 MODULES.update(
     {

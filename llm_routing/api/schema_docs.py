@@ -922,7 +922,7 @@ a key. `hedge` says whether the first attempt would be hedged: the chain's
 `hedge_after_ms` (milliseconds, `"p95"`, or null), `after_ms` (what it resolves to now;
 null for `"p95"` with no p95 yet), the `primary`, the hedge `candidate` (the next
 candidate the walk would try, never the mock) and `reason` when no hedge would start:
-`not_configured`, `forced`, `stream`, `no_primary`, `mock`, `probe`, `no_p95_yet`,
+`not_configured`, `forced`, `no_primary`, `mock`, `probe`, `no_p95_yet`,
 `no_candidate`, `unavailable`, `attempt_budget` or `deadline` (a budget's cost cap is
 not foreseen).
 

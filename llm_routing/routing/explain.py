@@ -199,8 +199,6 @@ def _hedge(
         reason = "forced"
     elif shown is None:
         reason = "not_configured"
-    elif request.stream:
-        reason = "stream"
     elif primary is None:
         reason = "no_primary"
     elif name == MOCK_PROVIDER_NAME:

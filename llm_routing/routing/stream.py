@@ -33,7 +33,7 @@ from ..effects import (
 from ..errors import NetworkError, ProviderError, ResponseError
 from ..providers.base import BaseProvider, validate_structured
 from ..resilience.breaker import Observe
-from ..resilience.retry import deadline_caused
+from ..resilience.retry import deadline_caused, error_result
 from ..sanitize import StreamGuard, redacted, scrub_error
 from ..types import (
     AttemptRecord,
@@ -54,7 +54,7 @@ from ..types import (
     assemble_tool_calls,
 )
 from .plan import Setup, _adapter_for, with_output_ceiling
-from .walk import AttemptFn, _attempt_record, _gone_error, _Session
+from .walk import AttemptFn, _attempt_record, _gone_error, _Hold, _Session
 
 #: The logger operators configure for the router (docs/providers.md).
 logger = logging.getLogger("llm_routing.router")
@@ -98,6 +98,9 @@ def aroute_stream(
 
 #: A live stream: the driver's opaque handle and the events read before the commit point.
 _Live = tuple[StreamHandle, list[StreamEvent]]
+#: Which candidate a live stream is: its provider and model (a chain may name one
+#: provider with two models, and hedge one with the other).
+_Key = tuple[str, str]
 
 
 def _route_stream(
@@ -138,12 +141,15 @@ def _stream_walk(
 ) -> Steps[StreamResult | StreamFailure]:
     """The stream's walk, pump and exit; returns its final event (the caller emits it)."""
     request = session.request
-    live: dict[str, _Live] = {}
+    live: dict[_Key, _Live] = {}
     # Opened streams whose outcome the breaker has not seen yet (settled when they end).
-    opened: dict[str, _Opened] = {}
+    opened: dict[_Key, _Opened] = {}
 
     def opener(req: AuditRequest, buffer_all: bool) -> AttemptFn:
-        def attempt(adapter: BaseProvider) -> Steps[ProviderResult]:
+        def attempt(adapter: BaseProvider, *, hedged: _Hold | None = None) -> Steps[ProviderResult]:
+            config = adapter.config
+            key = (config.name, config.model)
+
             def invoke(api_key: str | None, timeout: float) -> Steps[ProviderResult]:
                 clamped = with_output_ceiling(req, adapter.config)
                 events = yield from OpenStream(adapter, clamped, api_key, timeout)
@@ -163,19 +169,28 @@ def _stream_walk(
                     if not head or (buffer_all and not isinstance(head[-1], StreamEnd)):
                         # A truncated transfer, still pre-commit: transient, so it fails over.
                         raise NetworkError("The stream ended before it finished.")
+
+                    def publish() -> None:
+                        live[key] = (events, head)
+                        opened[key] = (config, timeout)
+
+                    if hedged is None:
+                        publish()
+                    elif not hedged.keep(publish, lambda: _drop(adapter, events, live, opened)):
+                        raise ClientGone()  # its race was lost while it opened (sync)
                 except (Exception, ClientGone):
                     yield from CloseStream(events)
                     raise
-                live[adapter.config.name] = (events, head)
-                opened[adapter.config.name] = (adapter.config, timeout)
                 return ProviderResult(
-                    provider=adapter.config.name,
-                    model=adapter.config.model,
+                    provider=config.name,
+                    model=config.model,
                     mode=adapter.result_mode,  # type: ignore[arg-type]
                     status="ok",
                 )
 
-            return (yield from session.call(adapter, req, invoke, defer_success=True))
+            return (
+                yield from session.call(adapter, req, invoke, defer_success=True, hedged=hedged)
+            )
 
         return attempt
 
@@ -190,14 +205,17 @@ def _stream_walk(
             yield from _settle(session, entry, final, outcome)
         yield from session.finish(final, None, persist=persist)
         raise
-    if not final.ok or final.provider not in live:
+    key = (final.provider, final.model)
+    if not final.ok or key not in live:
         routed = yield from session.finish(final, fallback_reason, persist=persist)
         return StreamResult(routed)
 
     try:
-        served = session.walk.attempts[-1]
-        yield from _pump(live.pop(final.provider), delivered, outcome, served, guard)
-        yield from _settle(session, opened.pop(final.provider, None), final, outcome)
+        # The attempt served (a hedge's loser may be recorded after it).
+        attempts = session.walk.attempts
+        outcome.at = next(i for i, a in enumerate(attempts) if a.served)
+        yield from _pump(live.pop(key), delivered, outcome, attempts[outcome.at], guard)
+        yield from _settle(session, opened.pop(key, None), final, outcome)
         if (
             outcome.failure is not None
             and mode == "continuation"
@@ -228,6 +246,7 @@ class _StreamOutcome:
     failure: ProviderError | None = None
     original: ProviderError | None = None  # the first mid-stream failure (continuation)
     served_by: str | None = None
+    at: int = -1  # the attempt the stream's end is recorded on (walk.attempts)
     # Tool-call fragments delivered (a commit point like text), in order.
     tool_deltas: list[ToolCallDelta] = field(default_factory=list)
 
@@ -302,6 +321,22 @@ def _pump(
 _Opened = tuple[ProviderConfig, float]
 
 
+def _drop(
+    adapter: BaseProvider,
+    events: StreamHandle,
+    live: dict[_Key, _Live],
+    opened: dict[_Key, _Opened],
+) -> Steps[None]:
+    """A hedge's loser that had opened its stream (:class:`_Hold`): forgotten, closed,
+    and its circuit told it was cancelled (never a failure; it frees a probe slot)."""
+    config = adapter.config
+    key = (config.name, config.model)
+    del live[key], opened[key]
+    yield from CloseStream(events)
+    gone = error_result(adapter, _gone_error(), latency_ms=0.0, retries=0, upstream_requests=1)
+    yield from Observe(config, gone)
+
+
 def _settle(
     session: _Session, entry: _Opened | None, opened: ProviderResult, outcome: _StreamOutcome
 ) -> Steps[None]:
@@ -327,8 +362,8 @@ def _settle(
 def _continue(
     session: _Session,
     opener: Callable[[AuditRequest, bool], AttemptFn],
-    live: dict[str, _Live],
-    opened: dict[str, _Opened],
+    live: dict[_Key, _Live],
+    opened: dict[_Key, _Opened],
     delivered: list[str],
     outcome: _StreamOutcome,
     guard: StreamGuard,
@@ -338,8 +373,8 @@ def _continue(
     prefill) never masks the original failure."""
     original = outcome.failure
     assert original is not None
-    served = session.walk.attempts[-1]
-    session.walk.attempts[-1] = replace(
+    served = session.walk.attempts[outcome.at]
+    session.walk.attempts[outcome.at] = replace(
         served,
         outcome="error",
         served=False,
@@ -363,10 +398,12 @@ def _continue(
         session.walk.add(
             **_attempt_record(result, served=result.ok), step=session.plan.step_of(name)
         )
-        if not result.ok or name not in live:
+        outcome.at = len(session.walk.attempts) - 1
+        key = (result.provider, result.model)
+        if not result.ok or key not in live:
             break
-        yield from _pump(live.pop(name), delivered, outcome, session.walk.attempts[-1], guard)
-        yield from _settle(session, opened.pop(name, None), result, outcome)
+        yield from _pump(live.pop(key), delivered, outcome, session.walk.attempts[-1], guard)
+        yield from _settle(session, opened.pop(key, None), result, outcome)
         if outcome.failure is None:
             outcome.served_by = name
             return
@@ -393,16 +430,16 @@ def _finish_stream(
     outcome: _StreamOutcome,
     persist: bool,
 ) -> Steps[RoutingResult]:
-    attempts = session.walk.attempts
-    last = attempts[-1]
+    attempts, at = session.walk.attempts, outcome.at
+    last = attempts[at]
     failure = outcome.failure
     end = outcome.end
     if failure is not None and end is not None and end.usage is not None:
         # The upstream finished and reported its usage, then the request was cut (the
         # client, a cancellation): that usage is charged all the same.
-        last = attempts[-1] = replace(last, usage=end.usage)
+        last = attempts[at] = replace(last, usage=end.usage)
     if failure is not None and not last.partial:
-        attempts[-1] = replace(
+        attempts[at] = replace(
             last,
             outcome="error",
             served=False,
@@ -417,7 +454,7 @@ def _finish_stream(
         result = replace(
             final,
             provider=provider,
-            model=(end.model if end and end.model else attempts[-1].model),
+            model=(end.model if end and end.model else attempts[at].model),
             output="".join(delivered),
             data=_stream_data(session.request, "".join(delivered)),
             usage=(end.usage if end and end.usage else final.usage),

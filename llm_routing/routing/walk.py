@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
 import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from asgiref.sync import sync_to_async
 from django.db import close_old_connections
@@ -100,6 +101,40 @@ class _Tried:
                 "reason": "hedge_lost", "latency_ms": self.lost_ms or 0.0}  # fmt: skip
 
 
+class _Hold:
+    """What one side of a hedge race leaves open past its answer (a stream opened up to
+    its first token): kept when the side wins, released when it loses — by the walk
+    (:meth:`lose`), or by the side itself when it opens only after the race was decided
+    (a sync side cannot be interrupted). The lock orders the side's :meth:`keep` and
+    the walk's :meth:`lose`, so exactly one of them releases it."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._lost = False
+        self._release: Callable[[], Steps[None]] | None = None
+
+    def keep(self, publish: Callable[[], None], release: Callable[[], Steps[None]]) -> bool:
+        """The side has opened something: ``publish`` it to the walk and remember how to
+        ``release`` it; False (nothing published) once the side has lost."""
+        with self._lock:
+            if self._lost:
+                return False
+            publish()
+            self._release = release
+            return True
+
+    def lose(self) -> Steps[bool]:
+        """The side lost: release what it kept (whether it had kept anything); what it
+        opens from now on, it releases itself."""
+        with self._lock:
+            self._lost = True
+            release, self._release = self._release, None
+        if release is None:
+            return False
+        yield from release()
+        return True
+
+
 @dataclass
 class _HedgeSide:
     """What the hedge's side of a race found (written by its core, read after it)."""
@@ -108,6 +143,7 @@ class _HedgeSide:
     skipped: str | None = None  # why no second call could be afforded
     tried: _Tried | None = None  # the candidate it called
     primary: Candidate | None = None  # the first attempt's candidate (for a cost cap)
+    hold: _Hold = field(default_factory=_Hold)  # what its call left open
 
     def entry(self, *, skipped: str) -> _Tried:
         assert self.candidate is not None
@@ -186,7 +222,14 @@ def _skip_result(
     )
 
 
-AttemptFn = Callable[[BaseProvider], Steps[ProviderResult]]
+class AttemptFn(Protocol):
+    """One candidate's attempt: :meth:`_Session.call`, or a stream's opener (which
+    leaves the stream open at its first token). ``hedged``: a side of a hedge race, and
+    its :class:`_Hold` on what the attempt leaves open."""
+
+    def __call__(
+        self, adapter: BaseProvider, *, hedged: _Hold | None = None
+    ) -> Steps[ProviderResult]: ...
 
 
 def order_step(
@@ -370,14 +413,14 @@ class _Session:
         invoke: InvokeSteps | None = None,
         *,
         defer_success: bool = False,
-        hedged: bool = False,
+        hedged: _Hold | None = None,
     ) -> Steps[ProviderResult]:
         """One candidate through the retry layer, with hooks and breaker bookkeeping.
 
         ``defer_success``: an opened stream is not a success yet — the caller feeds the
         breaker once the stream has ended (:func:`_settle`). ``hedged``: a side of a
         :class:`~llm_routing.effects.Race` — cancelled, it records nothing (the walk
-        records the loser as ``hedge_lost``)."""
+        records the loser as ``hedge_lost``); a call leaves nothing open to hold."""
         request = with_output_ceiling(request or self.request, adapter.config)
         config = adapter.config
         send(
@@ -399,7 +442,7 @@ class _Session:
                 adapter, _gone_error(), latency_ms=0.0, retries=0, upstream_requests=1
             )
             yield from Observe(config, gone)
-            if not hedged:
+            if hedged is None:
                 self.walk.add(**_attempt_record(gone, served=False))
             raise
         result = checked_answer(sanitized(result, request), request, config)
@@ -407,7 +450,7 @@ class _Session:
             try:
                 yield from Observe(config, result)
             except ClientGone:  # cancelled here: the answer (and its usage) still counts
-                if not hedged:
+                if hedged is None:
                     self.walk.add(**_attempt_record(result, served=False))
                 raise
         send(after_provider_result, request_id=self.request_id, provider=config.name, result=result)
@@ -464,12 +507,13 @@ class _Session:
             self.picks.append(pick)
         return ordered
 
-    def _hedge_after(self, attempt: AttemptFn, adapter: BaseProvider) -> float | None:
+    def _hedge_after(self, adapter: BaseProvider) -> float | None:
         """Seconds after which this attempt is hedged (None: no hedge): the chain's
         ``hedge_after_ms``, or the p95 of the candidate's recent latency in this process
-        (none yet: no hedge); never for a stream, the mock, or a half-open probe."""
+        (none yet: no hedge); never for the mock or a half-open probe. A stream's attempt
+        ends at its first token (``atomic``: its whole answer)."""
         setting = self.plan.hedge_after_ms
-        if not setting or self.request.stream or attempt != self.call:
+        if not setting:
             return None
         config = adapter.config
         if config.name == MOCK_PROVIDER_NAME or breaker.is_probe(config):
@@ -480,32 +524,42 @@ class _Session:
         return int(setting) / 1000
 
     def _hedged(
-        self, adapter: BaseProvider, after_s: float, ahead: _Ahead, tried: list[_Tried]
+        self,
+        attempt: AttemptFn,
+        adapter: BaseProvider,
+        after_s: float,
+        ahead: _Ahead,
+        tried: list[_Tried],
     ) -> Steps[list[ProviderResult | None]]:
         """One attempt with a hedge (:class:`~llm_routing.effects.Race`): the results
         per entry of ``tried``, which gains the hedge's entry when it was due; None for
-        a loser or a skipped hedge (their ``unused()`` rows)."""
+        a loser or a skipped hedge (their ``unused()`` rows). A loser that had left
+        something open (a stream at its first token) is released here and lost."""
         waiting = [
             (i, c) for i, c in ahead.queue
             if c.name != MOCK_PROVIDER_NAME and (c.name, c.model) not in ahead.tried
         ]  # fmt: skip
         if not waiting:  # nobody left to hedge with
-            return [(yield from self.call(adapter))]
-        hedge = _HedgeSide(primary=tried[0].candidate)
+            return [(yield from attempt(adapter))]
+        hedge, hold = _HedgeSide(primary=tried[0].candidate), _Hold()
         try:
             raced = yield from Race(
-                self.call(adapter, hedged=True), self._hedge(waiting, hedge, after_s), after_s
-            )
+                attempt(adapter, hedged=hold), self._hedge(attempt, waiting, hedge, after_s),
+                after_s,
+            )  # fmt: skip
         except ClientGone:  # cancelled (async driver): both sides have unwound
             gone = error_result(
                 adapter, _gone_error(), latency_ms=0.0, retries=0, upstream_requests=1
             )
             self.walk.add(**_attempt_record(gone, served=False), step=tried[0].step)
             raise
-        for outcome in raced.results:
+        results = list(raced.results)
+        if raced.winner is not None and (yield from (hold, hedge.hold)[1 - raced.winner].lose()):
+            results[1 - raced.winner] = None  # it had opened too: cancelled now
+        for outcome in results:
             if isinstance(outcome, Exception):
                 raise outcome  # a hook or a bug: the walk's own failure path
-        primary, second = raced.results
+        primary, second = results
         assert not isinstance(primary, Exception) and not isinstance(second, Exception)
         if not raced.hedged:
             return [primary]
@@ -530,7 +584,11 @@ class _Session:
         return [primary, second]
 
     def _hedge(
-        self, waiting: list[tuple[int, Candidate]], side: _HedgeSide, after_s: float
+        self,
+        attempt: AttemptFn,
+        waiting: list[tuple[int, Candidate]],
+        side: _HedgeSide,
+        after_s: float,
     ) -> Steps[ProviderResult]:
         """The hedge's side of a :class:`~llm_routing.effects.Race`, run when it is due:
         whether the request can afford a second call (an attempt left in the budget, at
@@ -558,7 +616,7 @@ class _Session:
             )  # fmt: skip
             if reason is None and adapter is not None:
                 side.tried = _Tried(index, candidate, row, "", None)
-                return (yield from self.call(adapter, hedged=True))
+                return (yield from attempt(adapter, hedged=side.hold))
         return _skip_result(first.name, first.model, "unavailable")
 
     def _over_cap(self, primary: Candidate | None, hedge: Candidate) -> bool:
@@ -663,13 +721,13 @@ class _Session:
                 lease = (name, (yield from Lease(name)))
                 self.leases.append(lease)
             tried = [_Tried(index, candidate, row, strategy, lease)]
-            after_s = None if is_backstop else self._hedge_after(attempt, adapter)
+            after_s = None if is_backstop else self._hedge_after(adapter)
             if after_s is None:
                 results: list[ProviderResult | None] = [(yield from attempt(adapter))]
             else:
                 if not ahead.queue:  # the next candidate is in the next step
                     yield from ahead.fill(self)
-                results = yield from self._hedged(adapter, after_s, ahead, tried)
+                results = yield from self._hedged(attempt, adapter, after_s, ahead, tried)
             for i, (done, result) in enumerate(zip(tried, results, strict=True)):
                 if result is None:  # a hedge's loser, or a hedge skipped
                     walk.add(**done.unused(), step=done.step)

@@ -116,6 +116,9 @@ class StreamScript:
     #: OpenAI only: the (prompt, completion) tokens its usage chunk reports, instead of
     #: 11 and a completion token per chunk (an absurd count: tests/test_budgets_usage.py).
     usage: tuple[int, int] | None = None
+    #: During ``first_chunk_delay``, watch the connection: a client that closes it is
+    #: counted in :attr:`FakeUpstream.disconnects` at once (a cancelled hedge).
+    watch: bool = False
 
 
 @dataclass(frozen=True)
@@ -1061,7 +1064,10 @@ class _Handler(BaseHTTPRequestHandler):
             self._write(*frames.head)
             for index, frame in enumerate([*frames.texts, None]):
                 if index == 0 and script.first_chunk_delay:
-                    if self.server.fake._release.wait(script.first_chunk_delay):
+                    if script.watch:
+                        if self._client_left(script.first_chunk_delay):
+                            return
+                    elif self.server.fake._release.wait(script.first_chunk_delay):
                         return
                 if script.malformed_at == index:
                     self._write(frames.malformed)
