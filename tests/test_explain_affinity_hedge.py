@@ -209,8 +209,11 @@ def test_why_no_hedge(scripted, key_env) -> None:
     Provider.objects.filter(name="b").update(enabled=False)
     # The walk looks for the hedge in the next step only (b): it would be skipped.
     assert hedge_of(explain(turn()))["reason"] == "unavailable"
-    # A stream hedges too (its first token): explained as a call is.
-    assert hedge_of(explain(turn(stream=True)))["reason"] == "unavailable"
+    # A stream hedges too (its first token), so no reason of its own: here the scripted
+    # rows declare no streaming, the mock would serve it, and the mock is never hedged.
+    streamed = explain(turn(stream=True))
+    assert {c.reason for c in streamed.candidates[:3]} == {"unsupported", "disabled"}
+    assert hedge_of(streamed)["reason"] == "mock"
     assert hedge_of(explain(turn(force_provider="a")))["reason"] == "forced"
     Provider.objects.filter(name="b").update(enabled=True)
     Provider.objects.filter(name="a").update(enabled=False)
