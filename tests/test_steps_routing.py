@@ -7,16 +7,18 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from decimal import Decimal
 from typing import Any
 
 import pytest
 
-from llm_routing import balance, effects, strategies
+from llm_routing import balance, effects, snapshot, strategies
 from llm_routing.access import visible_picks
 from llm_routing.models import Attempt, Chain, ChainEntry, Provider, RoutingDecision
 from llm_routing.router import explain, route, route_stream
-from llm_routing.types import AuditRequest, StreamResult
+from llm_routing.routing import plan
+from llm_routing.types import AuditRequest, Principal, StreamResult
 from tests.conftest import Sleeps, upstream_fields
 from tests.fakes.upstream import FakeUpstream, Faults
 
@@ -266,6 +268,45 @@ def test_a_larger_window_is_tried_after_a_context_failure(
     assert walk(routed)[1] == ("large", "ok", None, 1)
 
 
+def test_only_a_context_length_failure_raises_the_floor(
+    fake_upstream: FakeUpstream, clock: Clock
+) -> None:
+    chain(fake_upstream, "large", "small", large={"context_window": 128000},
+          small={"context_window": 4000})  # fmt: skip
+    fake_upstream.script("openai", Faults.unavailable("openai"))
+    routed = route(REQUEST, sleeper=Sleeps())
+    assert walk(routed) == [("large", "error", "unavailable", 0), ("small", "ok", None, 1)]
+
+
+def test_a_latency_step_learns_each_calls_time(fake_upstream: FakeUpstream, clock: Clock) -> None:
+    chain(fake_upstream, ("latency", [("a", 1.0), ("b", 1.0)]), ("weighted", [("c", 1.0)]))
+    fake_upstream.script("openai", Faults.unavailable("openai"))
+    routed = route(REQUEST, sleeper=Sleeps())
+    failed, served = routed.metadata.attempts
+    assert (failed.outcome, served.outcome) == ("error", "ok")
+    # The served call's time as it is; a failed call counts at least the penalty.
+    assert balance.latencies([failed.provider, served.provider]) == {
+        failed.provider: max(failed.latency_ms, balance.FAILURE_PENALTY_MS),
+        served.provider: served.latency_ms,
+    }
+
+
+def test_a_step_of_several_with_no_member_the_caller_may_use_has_no_pick(
+    fake_upstream: FakeUpstream, clock: Clock, user: Any
+) -> None:
+    row = chain(fake_upstream, ("weighted", [("a", 1.0), ("b", 1.0)]))
+    row.allowed_users.add(user)
+    stranger = Principal(user_id=user.pk + 1000)
+    routed = route(replace(REQUEST, principal=stranger, backstop=True))
+    assert routed.metadata.picks == ()
+    assert walk(routed) == [
+        ("a", "skipped", "not_allowed", 0),
+        ("b", "skipped", "not_allowed", 0),
+        ("mock", "ok", None, 1),
+    ]
+    assert called(fake_upstream) == []
+
+
 def test_picks_hide_what_the_caller_may_not_see() -> None:
     picks = (
         {"step": 0, "strategy": "least_in_flight", "picked": "pub", "reason": "least_in_flight",
@@ -375,12 +416,22 @@ def test_affinity_keeps_a_conversation_where_it_started(
         routed = route(turn, request_id=rid(i))
         (pick,) = routed.metadata.picks
         assert pick["reason"] == "affinity" and pick["picked"] == home
+        assert pick["order"] == [home, "b" if home == "a" else "a"]  # home first
         assert routed.result.provider == home
     assert set(store.timeouts.values()) == {3600}  # the serving provider's TTL
     assert not any("conversation-42" in k for k in store.values)  # only a hash is kept
     # Without the key the step's strategy picks as before.
     plain = [route(REQUEST, request_id=rid(i)).metadata.picks[0]["reason"] for i in range(3)]
     assert plain == ["weighted"] * 3
+
+
+def test_a_step_of_one_keeps_no_affinity(
+    fake_upstream: FakeUpstream, clock: Clock, store: Store
+) -> None:
+    chain(fake_upstream, "solo")
+    turn = AuditRequest(task="summarize", input_text="turn", affinity="conversation-42")
+    assert route(turn).result.provider == "solo"
+    assert store.values == {}  # nothing to choose between: nothing remembered
 
 
 def test_affinity_moves_when_its_candidate_fails(
@@ -452,3 +503,38 @@ def test_affinity_is_a_field_of_audit_and_the_python_api(
     again = audit(task="summarize", input_text="x", affinity="k")
     assert again.result.provider == home
     assert again.metadata.picks[0]["reason"] == "affinity"
+
+
+# --- the plan's steps --------------------------------------------------------------------
+
+
+def test_a_continuation_is_recorded_in_its_own_step(
+    fake_upstream: FakeUpstream, clock: Clock
+) -> None:
+    row = Chain.objects.create(name="main", is_default=True, stream_mode="continuation")
+    members = (("a", "openai", {}), ("b", "anthropic", {"supports_prefill": True}))
+    for position, (name, kind, extra) in enumerate(members):
+        fields = upstream_fields(name, kind, fake_upstream)
+        fields.update({"model": name, "max_retries": 0, "supports_streaming": True, **extra})
+        provider = Provider.objects.create(**fields)
+        ChainEntry.objects.create(chain=row, provider=provider, position=position)
+    fake_upstream.script("openai", Faults.stream(text="The quick brown fox", cut_after=2))
+    fake_upstream.script("anthropic", Faults.stream(text=" jumps."))
+    events = list(route_stream(AuditRequest(task="summarize", input_text="x", stream=True)))
+    last = events[-1]
+    assert isinstance(last, StreamResult) and last.routed.result.provider == "b"
+    assert [(a.provider, a.step) for a in last.routed.metadata.attempts] == [("a", 0), ("b", 1)]
+
+
+def test_a_chains_steps_are_worked_out_once_per_snapshot(
+    fake_upstream: FakeUpstream, clock: Clock
+) -> None:
+    chain(fake_upstream, ("weighted", [("a", 1.0), ("b", 1.0)]), "c")
+    other = Chain.objects.create(name="other")
+    ChainEntry.objects.create(chain=other, provider=Provider.objects.get(name="c"), position=0)
+    config = snapshot.current()
+    first = plan.resolve(REQUEST, config)
+    assert plan.resolve(replace(REQUEST, chain="other"), config).steps != first.steps
+    again = plan.resolve(REQUEST, config)
+    assert again.steps is first.steps and again.candidates is first.candidates
+    assert [[c.name for c in s.members] for s in first.steps] == [["a", "b"], ["c"], ["mock"]]

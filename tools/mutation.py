@@ -111,6 +111,7 @@ ROUTING_TESTS = [
     "tests/test_router_async.py",
     "tests/test_router_tools.py",
     "tests/test_hedging.py",  # the walk's hedges (Race: both drivers)
+    "tests/test_steps_routing.py",  # the steps' order, strategies, affinity, leases
 ]
 MODULES.update(
     {
