@@ -450,6 +450,29 @@ def test_affinity_moves_when_its_candidate_fails(
     assert after.result.provider == other
 
 
+def test_affinity_is_remembered_per_chain_and_per_step(
+    fake_upstream: FakeUpstream, clock: Clock, store: Store
+) -> None:
+    chain(fake_upstream, ("weighted", [("a", 1.0), ("b", 1.0)]),
+          ("weighted", [("c", 1.0), ("d", 1.0)]))  # fmt: skip
+    other = Chain.objects.create(name="other")
+    for position, name in enumerate(("a", "b")):
+        ChainEntry.objects.create(chain=other, provider=Provider.objects.get(name=name),
+                                  position=position, step=0, strategy="weighted")  # fmt: skip
+    turn = AuditRequest(task="summarize", input_text="turn", affinity="conv")
+    home = route(turn, request_id=rid(0)).result.provider
+    # Another chain with the same key has a memory of its own: nothing yet.
+    elsewhere = route(replace(turn, chain="other"), request_id=rid(1))
+    assert elsewhere.metadata.picks[0]["reason"] == "weighted"
+    # The first step fails whole: the second step serves and remembers for itself...
+    fake_upstream.script("openai", Faults.unavailable("openai"), Faults.unavailable("openai"))
+    moved = route(turn, request_id=rid(2), sleeper=Sleeps())
+    assert moved.result.provider in {"c", "d"}
+    # ...and the first step still returns home.
+    back = route(turn, request_id=rid(3))
+    assert back.metadata.picks[0]["reason"] == "affinity" and back.result.provider == home
+
+
 def test_a_drained_candidate_loses_its_affinity(
     fake_upstream: FakeUpstream, clock: Clock, store: Store
 ) -> None:
@@ -538,3 +561,44 @@ def test_a_chains_steps_are_worked_out_once_per_snapshot(
     again = plan.resolve(REQUEST, config)
     assert again.steps is first.steps and again.candidates is first.candidates
     assert [[c.name for c in s.members] for s in first.steps] == [["a", "b"], ["c"], ["mock"]]
+
+
+def shape(request: AuditRequest) -> list[tuple[str, list[tuple[str, str]]]]:
+    """The resolved plan's steps: (strategy, [(provider, model override), …]) each."""
+    steps = plan.resolve(request, snapshot.current()).steps
+    return [(s.strategy, [(c.name, c.model) for c in s.members]) for s in steps]
+
+
+def test_an_explicit_provider_leaves_its_place_in_its_step(
+    fake_upstream: FakeUpstream, clock: Clock
+) -> None:
+    chain(fake_upstream, ("weighted", [("a", 1.0), ("b", 1.0), ("c", 1.0)]),
+          ("cost", [("d", 1.0), ("e", 1.0)]), "f")  # fmt: skip
+    assert shape(replace(REQUEST, provider="b")) == [
+        ("", [("b", "")]),
+        ("weighted", [("a", ""), ("c", "")]),
+        ("cost", [("d", ""), ("e", "")]),
+        ("", [("f", "")]),
+        ("", [("mock", "")]),
+    ]
+    # A step left with one member is a step of one: no strategy (nor drained weights).
+    assert shape(replace(REQUEST, provider="e"))[:3] == [
+        ("", [("e", "")]),
+        ("weighted", [("a", ""), ("b", ""), ("c", "")]),
+        ("", [("d", "")]),
+    ]
+
+
+def test_the_mock_in_a_chain_is_its_last_step_with_its_model(
+    fake_upstream: FakeUpstream, clock: Clock
+) -> None:
+    row = chain(fake_upstream, ("weighted", [("a", 1.0)]))
+    mock = Provider.objects.create(name="mock", kind="mock", model="mock-1")
+    b = Provider.objects.create(**{**upstream_fields("b", "openai", fake_upstream), "model": "b"})
+    ChainEntry.objects.create(chain=row, provider=mock, position=1, step=0,
+                              strategy="weighted", model="mock-large")  # fmt: skip
+    ChainEntry.objects.create(chain=row, provider=b, position=2, step=0, strategy="weighted")
+    assert shape(REQUEST) == [
+        ("weighted", [("a", ""), ("b", "")]),
+        ("", [("mock", "mock-large")]),
+    ]
