@@ -278,6 +278,20 @@ def test_only_a_context_length_failure_raises_the_floor(
     assert walk(routed) == [("large", "error", "unavailable", 0), ("small", "ok", None, 1)]
 
 
+def test_the_smallest_window_that_failed_for_length_is_a_floor_too(
+    fake_upstream: FakeUpstream, clock: Clock
+) -> None:
+    chain(fake_upstream, "one", "also_one", "any", one={"context_window": 1},
+          also_one={"context_window": 1})  # fmt: skip
+    fake_upstream.script("openai", Faults.context_length("openai"))
+    routed = route(REQUEST)
+    assert walk(routed) == [
+        ("one", "error", "context_length", 0),
+        ("also_one", "skipped", "context_too_small", 1),
+        ("any", "ok", None, 2),
+    ]
+
+
 def test_a_latency_step_learns_each_calls_time(fake_upstream: FakeUpstream, clock: Clock) -> None:
     chain(fake_upstream, ("latency", [("a", 1.0), ("b", 1.0)]), ("weighted", [("c", 1.0)]))
     fake_upstream.script("openai", Faults.unavailable("openai"))
