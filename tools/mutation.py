@@ -29,7 +29,9 @@ Each name carries a digest of its function's code: when the function changes, it
 entries no longer apply (its survivors must be judged again; ``--list-equivalent``
 prints the lines for survivors of the last run). Results go to ``.mutation/results.json``
 and each module's survivors to ``.mutation/<module>/survivors.txt``
-(``mutmut show <name>`` in that directory prints a survivor's diff).
+(``mutmut show <name>`` in that directory prints a survivor's diff). ``--resume``
+reruns the survivors and the unchecked mutants; the earlier kills stand, even when mutmut
+forgot them because a test file joined the module's selection (:func:`keep_kills`).
 """
 
 from __future__ import annotations
