@@ -18,11 +18,11 @@ from typing import Any
 import pytest
 from django.test import override_settings
 
-from llm_routing import balance, budgets, metrics
+from llm_routing import balance, budgets, metrics, strategies
 from llm_routing.models import Attempt, Budget, Chain, ChainEntry, Provider, RoutingDecision
 from llm_routing.resilience import breaker
 from llm_routing.router import route
-from llm_routing.types import AuditRequest
+from llm_routing.types import AuditRequest, Principal
 from tests.conftest import upstream_fields
 from tests.fakes.upstream import FakeUpstream, Faults
 from tests.support import wait_for
@@ -303,3 +303,190 @@ def test_a_request_cap_alone_does_not_bound_the_hedge(
     assert budgets.room() is None
     routed = route(REQUEST)
     assert walk(routed) == [("a", "hedge_lost", "hedge_lost"), ("b", "ok", None)]
+
+
+# --- which candidate a hedge takes, and what the walk records of it --------------------
+
+
+def provider(fake: FakeUpstream, name: str, kind: str | None = None, **fields: Any) -> Provider:
+    """A provider row on the fake upstream (its vendor from :data:`KINDS` unless
+    ``kind`` says), its model its name, no retries."""
+    values = upstream_fields(name, kind or KINDS[name], fake)
+    values.update({"model": name, "max_retries": 0, **fields})
+    return Provider.objects.create(**values)
+
+
+def entry(row: Chain, position: int, provider: Provider, **fields: Any) -> ChainEntry:
+    return ChainEntry.objects.create(chain=row, provider=provider, position=position, **fields)
+
+
+def attempts(routed: Any) -> list[dict[str, Any]]:
+    """The attempt rows as the caller reads them (latency as a flag: ran or not)."""
+    rows = []
+    for a in routed.metadata.attempts:
+        rows.append({"provider": a.provider, "model": a.model, "step": a.step,
+                     "outcome": a.outcome, "reason": a.reason, "served": a.served,
+                     "ran": a.latency_ms > 0})  # fmt: skip
+    return rows
+
+
+def test_the_loser_is_recorded_with_its_model_step_and_run_time(
+    fake_upstream: FakeUpstream,
+) -> None:
+    chain(fake_upstream)
+    fake_upstream.script("openai", Faults.slow(3.0, watch=True))
+    fake_upstream.script("anthropic", Faults.slow(0.05))
+    routed = route(REQUEST)
+    assert attempts(routed) == [
+        {"provider": "a", "model": "a", "step": 0, "outcome": "hedge_lost",
+         "reason": "hedge_lost", "served": False, "ran": True},
+        {"provider": "b", "model": "b-fake", "step": 1, "outcome": "ok", "reason": None,
+         "served": True, "ran": True},  # the model the upstream answered with
+    ]  # fmt: skip
+    fake_upstream.script("openai", Faults.slow(0.6))
+    fake_upstream.script("anthropic", Faults.slow(3.0, watch=True))
+    loser = attempts(route(REQUEST))[1]
+    assert loser == {"provider": "b", "model": "b", "step": 1, "outcome": "hedge_lost",
+                     "reason": "hedge_lost", "served": False, "ran": True}  # fmt: skip
+
+
+def test_a_skipped_hedge_is_recorded_in_its_step_without_a_call(
+    fake_upstream: FakeUpstream,
+) -> None:
+    chain(fake_upstream)
+    fake_upstream.script("openai", Faults.slow(0.6))
+    with override_settings(LLM_ROUTING={"MAX_ATTEMPTS": 1}):
+        routed = route(REQUEST)
+    # No call was made, so no model was sent and nothing ran.
+    assert attempts(routed)[1] == {
+        "provider": "b", "model": "", "step": 1, "outcome": "hedge_skipped",
+        "reason": "attempt_budget", "served": False, "ran": False,
+    }  # fmt: skip
+
+
+def test_the_hedge_sends_its_chain_entry_model(fake_upstream: FakeUpstream) -> None:
+    row = Chain.objects.create(name="main", is_default=True, hedge_after_ms="100")
+    entry(row, 0, provider(fake_upstream, "a"), model="a-large")
+    entry(row, 1, provider(fake_upstream, "b"), model="b-large")
+    fake_upstream.script("openai", Faults.slow(3.0, watch=True))
+    fake_upstream.script("anthropic", Faults.slow(0.05))
+    routed = route(REQUEST)
+    assert routed.result.provider == "b" and routed.metadata.hedge == "won"
+    assert [r.json["model"] for r in fake_upstream.requests_for("anthropic")] == ["b-large"]
+    assert [(a["provider"], a["model"], a["outcome"]) for a in attempts(routed)] == [
+        ("a", "a-large", "hedge_lost"),
+        ("b", "b-large-fake", "ok"),  # the model the upstream answered with
+    ]
+
+
+def _weighted_order(names: list[str], seed: str) -> list[str]:
+    step = [strategies.Candidate(n) for n in names]
+    return [c.name for c in strategies.order("weighted", step, step=0, seed=seed)[0]]
+
+
+def test_the_hedge_is_the_next_member_of_a_strategy_step(fake_upstream: FakeUpstream) -> None:
+    row = Chain.objects.create(name="main", is_default=True, hedge_after_ms="100")
+    for position, name in enumerate(("a", "b")):
+        entry(row, position, provider(fake_upstream, name), step=0, strategy="weighted")
+    request_id = "00000000-0000-4000-8000-000000000007"
+    first, second = _weighted_order(["a", "b"], request_id)
+    vendor = KINDS[first]
+    fake_upstream.script(vendor, Faults.slow(3.0, watch=True))
+    routed = route(REQUEST, request_id=request_id)
+    assert routed.metadata.picks[0]["order"] == [first, second]
+    assert routed.result.provider == second and routed.metadata.hedge == "won"
+    assert [(a["provider"], a["step"], a["outcome"]) for a in attempts(routed)] == [
+        (first, 0, "hedge_lost"),
+        (second, 0, "ok"),
+    ]
+
+
+def test_a_drained_candidate_is_never_the_hedge(fake_upstream: FakeUpstream) -> None:
+    row = Chain.objects.create(name="main", is_default=True, hedge_after_ms="100")
+    entry(row, 0, provider(fake_upstream, "a"), step=0, strategy="weighted", weight=1.0)
+    entry(row, 1, provider(fake_upstream, "b"), step=0, strategy="weighted", weight=0.0)
+    fake_upstream.script("openai", Faults.slow(0.6))
+    routed = route(REQUEST)
+    assert routed.result.provider == "a" and routed.metadata.hedge is None
+    assert called(fake_upstream) == ["a"]  # b (weight 0) is no hedge
+
+
+def test_a_hedge_passes_over_a_window_that_already_failed_for_length(
+    fake_upstream: FakeUpstream,
+) -> None:
+    # The first candidate fails for length at once; the second is slow, and its hedge
+    # may not be a candidate whose context window is no larger than the one that failed.
+    row = Chain.objects.create(name="main", is_default=True, hedge_after_ms="400")
+    entry(row, 0, provider(fake_upstream, "a", context_window=8000))
+    entry(row, 1, provider(fake_upstream, "b", context_window=128000))
+    entry(row, 2, provider(fake_upstream, "small", "openai", context_window=4000))
+    fake_upstream.script("openai", Faults.context_length("openai"))
+    fake_upstream.script("anthropic", Faults.slow(1.2))
+    routed = route(REQUEST)
+    assert routed.result.provider == "b" and routed.metadata.hedge is None
+    assert [r.json["model"] for r in fake_upstream.requests_for("openai")] == ["a"]
+    assert [(a["provider"], a["outcome"]) for a in attempts(routed)] == [
+        ("a", "error"),
+        ("b", "ok"),
+    ]
+
+
+def test_a_hedge_never_goes_to_a_candidate_the_caller_may_not_use(
+    fake_upstream: FakeUpstream, user: Any
+) -> None:
+    # x is in a chain open to everyone; the default chain (b, c) is alice's only. A
+    # stranger naming x gets x first and b, c as not_allowed: nobody to hedge with.
+    mine = Chain.objects.create(name="mine")
+    entry(mine, 0, provider(fake_upstream, "x", "openai"))
+    main = chain(fake_upstream, names=("b", "c"))
+    main.allowed_users.add(user)
+    fake_upstream.script("openai", Faults.slow(0.6))
+    stranger = Principal(user_id=user.pk + 1000)
+    routed = route(dataclasses.replace(REQUEST, provider="x", principal=stranger))
+    assert routed.result.provider == "x" and routed.metadata.hedge is None
+    assert [(r.vendor, r.json["model"]) for r in fake_upstream.requests] == [("openai", "x")]
+
+
+def test_a_hedge_that_fails_beside_a_failed_primary_is_not_called_again(
+    fake_upstream: FakeUpstream, settings: Any
+) -> None:
+    settings.LLM_ROUTING = {**settings.LLM_ROUTING, "METRICS_TOKEN": "t" * 32}
+    failed = hedges("failed")
+    chain(fake_upstream, names=("a", "b", "c"))
+    fake_upstream.script("openai", dataclasses.replace(Faults.unavailable("openai"), delay=0.3))
+    fake_upstream.script(
+        "anthropic", dataclasses.replace(Faults.unavailable("anthropic"), delay=0.5)
+    )
+    routed = route(REQUEST)
+    assert routed.result.provider == "c"
+    assert [(a["provider"], a["step"], a["outcome"]) for a in attempts(routed)] == [
+        ("a", 0, "error"),
+        ("b", 1, "error"),
+        ("c", 2, "ok"),
+    ]
+    assert routed.metadata.hedge == "failed" and hedges("failed") == failed + 1
+    assert called(fake_upstream) == ["a", "b", "c"]  # b once: as the hedge
+
+
+def test_a_half_open_probe_is_never_hedged(fake_upstream: FakeUpstream, clock: Any) -> None:
+    chain(fake_upstream)
+    breaker.store.force_open("a", "a", 1.0)
+    clock.advance(2.0)  # half-open: the next call to a is its single probe
+    fake_upstream.script("openai", Faults.slow(0.6))
+    routed = route(REQUEST)
+    assert routed.result.provider == "a" and routed.metadata.hedge is None
+    assert called(fake_upstream) == ["a"]
+
+
+def test_p95_learns_from_the_answers_the_walk_records(
+    fake_upstream: FakeUpstream, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Each answer that served feeds its provider's p95; a failed call feeds nothing.
+    monkeypatch.setattr(balance, "P95_MIN_SAMPLES", 1)
+    chain(fake_upstream, hedge="")
+    fake_upstream.script("openai", Faults.unavailable("openai"))
+    routed = route(REQUEST)
+    failed, served = routed.metadata.attempts
+    assert (failed.provider, failed.outcome, served.provider) == ("a", "error", "b")
+    assert balance.p95("a") is None
+    assert balance.p95("b") == served.latency_ms > 0

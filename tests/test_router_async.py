@@ -221,6 +221,11 @@ def test_a_cancelled_hedged_aroute_closes_both_calls_and_records_its_decision(
     assert decision.status == "error"
     rows = Attempt.objects.filter(decision=decision).order_by("index")
     assert [(r.provider, r.error_category) for r in rows] == [("oa", "client_disconnected")]
+    # The primary's row: in its step, not served, no retry, no answer time to report.
+    (row,) = rows
+    assert (row.outcome, row.step, row.served, row.retries, row.latency_ms) == (
+        "error", 0, False, 0, 0.0,
+    )  # fmt: skip
     for name, kind in (("oa", "openai"), ("an", "anthropic")):
         circuit = breaker.store.load(name, f"{kind}-model")
         assert circuit.failures == 0 and circuit.last_error_category is None

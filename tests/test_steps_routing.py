@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from decimal import Decimal
 from typing import Any
 
@@ -16,11 +17,12 @@ from django.core.cache import caches
 from django.core.cache.backends.filebased import FileBasedCache
 from django.test import override_settings
 
-from llm_routing import balance, effects, strategies
+from llm_routing import balance, effects, snapshot, strategies
 from llm_routing.access import visible_picks
 from llm_routing.models import Attempt, Chain, ChainEntry, Provider, RoutingDecision
 from llm_routing.router import explain, route, route_stream
-from llm_routing.types import AuditRequest, StreamResult
+from llm_routing.routing import plan
+from llm_routing.types import AuditRequest, Principal, StreamResult
 from tests.conftest import Sleeps, upstream_fields
 from tests.fakes.upstream import FakeUpstream, Faults
 
@@ -270,6 +272,59 @@ def test_a_larger_window_is_tried_after_a_context_failure(
     assert walk(routed)[1] == ("large", "ok", None, 1)
 
 
+def test_only_a_context_length_failure_raises_the_floor(
+    fake_upstream: FakeUpstream, clock: Clock
+) -> None:
+    chain(fake_upstream, "large", "small", large={"context_window": 128000},
+          small={"context_window": 4000})  # fmt: skip
+    fake_upstream.script("openai", Faults.unavailable("openai"))
+    routed = route(REQUEST, sleeper=Sleeps())
+    assert walk(routed) == [("large", "error", "unavailable", 0), ("small", "ok", None, 1)]
+
+
+def test_the_smallest_window_that_failed_for_length_is_a_floor_too(
+    fake_upstream: FakeUpstream, clock: Clock
+) -> None:
+    chain(fake_upstream, "one", "also_one", "any", one={"context_window": 1},
+          also_one={"context_window": 1})  # fmt: skip
+    fake_upstream.script("openai", Faults.context_length("openai"))
+    routed = route(REQUEST)
+    assert walk(routed) == [
+        ("one", "error", "context_length", 0),
+        ("also_one", "skipped", "context_too_small", 1),
+        ("any", "ok", None, 2),
+    ]
+
+
+def test_a_latency_step_learns_each_calls_time(fake_upstream: FakeUpstream, clock: Clock) -> None:
+    chain(fake_upstream, ("latency", [("a", 1.0), ("b", 1.0)]), ("weighted", [("c", 1.0)]))
+    fake_upstream.script("openai", Faults.unavailable("openai"))
+    routed = route(REQUEST, sleeper=Sleeps())
+    failed, served = routed.metadata.attempts
+    assert (failed.outcome, served.outcome) == ("error", "ok")
+    # The served call's time as it is; a failed call counts at least the penalty.
+    assert balance.latencies([failed.provider, served.provider]) == {
+        failed.provider: max(failed.latency_ms, balance.FAILURE_PENALTY_MS),
+        served.provider: served.latency_ms,
+    }
+
+
+def test_a_step_of_several_with_no_member_the_caller_may_use_has_no_pick(
+    fake_upstream: FakeUpstream, clock: Clock, user: Any
+) -> None:
+    row = chain(fake_upstream, ("weighted", [("a", 1.0), ("b", 1.0)]))
+    row.allowed_users.add(user)
+    stranger = Principal(user_id=user.pk + 1000)
+    routed = route(replace(REQUEST, principal=stranger, backstop=True))
+    assert routed.metadata.picks == ()
+    assert walk(routed) == [
+        ("a", "skipped", "not_allowed", 0),
+        ("b", "skipped", "not_allowed", 0),
+        ("mock", "ok", None, 1),
+    ]
+    assert called(fake_upstream) == []
+
+
 def test_picks_hide_what_the_caller_may_not_see() -> None:
     picks = (
         {"step": 0, "strategy": "least_in_flight", "picked": "pub", "reason": "least_in_flight",
@@ -385,12 +440,22 @@ def test_affinity_keeps_a_conversation_where_it_started(
         routed = route(turn, request_id=rid(i))
         (pick,) = routed.metadata.picks
         assert pick["reason"] == "affinity" and pick["picked"] == home
+        assert pick["order"] == [home, "b" if home == "a" else "a"]  # home first
         assert routed.result.provider == home
     assert set(store.timeouts.values()) == {3600}  # the serving provider's TTL
     assert not any("conversation-42" in k for k in store.values)  # only a hash is kept
     # Without the key the step's strategy picks as before.
     plain = [route(REQUEST, request_id=rid(i)).metadata.picks[0]["reason"] for i in range(3)]
     assert plain == ["weighted"] * 3
+
+
+def test_a_step_of_one_keeps_no_affinity(
+    fake_upstream: FakeUpstream, clock: Clock, store: Store
+) -> None:
+    chain(fake_upstream, "solo")
+    turn = AuditRequest(task="summarize", input_text="turn", affinity="conversation-42")
+    assert route(turn).result.provider == "solo"
+    assert store.values == {}  # nothing to choose between: nothing remembered
 
 
 def test_affinity_moves_when_its_candidate_fails(
@@ -450,6 +515,29 @@ def test_affinity_on_another_cache_backend_never_blocks_the_event_loop(
         assert FileBasedCache.get(caches["files"], key) == home  # written to the files
 
 
+def test_affinity_is_remembered_per_chain_and_per_step(
+    fake_upstream: FakeUpstream, clock: Clock, store: Store
+) -> None:
+    chain(fake_upstream, ("weighted", [("a", 1.0), ("b", 1.0)]),
+          ("weighted", [("c", 1.0), ("d", 1.0)]))  # fmt: skip
+    other = Chain.objects.create(name="other")
+    for position, name in enumerate(("a", "b")):
+        ChainEntry.objects.create(chain=other, provider=Provider.objects.get(name=name),
+                                  position=position, step=0, strategy="weighted")  # fmt: skip
+    turn = AuditRequest(task="summarize", input_text="turn", affinity="conv")
+    home = route(turn, request_id=rid(0)).result.provider
+    # Another chain with the same key has a memory of its own: nothing yet.
+    elsewhere = route(replace(turn, chain="other"), request_id=rid(1))
+    assert elsewhere.metadata.picks[0]["reason"] == "weighted"
+    # The first step fails whole: the second step serves and remembers for itself...
+    fake_upstream.script("openai", Faults.unavailable("openai"), Faults.unavailable("openai"))
+    moved = route(turn, request_id=rid(2), sleeper=Sleeps())
+    assert moved.result.provider in {"c", "d"}
+    # ...and the first step still returns home.
+    back = route(turn, request_id=rid(3))
+    assert back.metadata.picks[0]["reason"] == "affinity" and back.result.provider == home
+
+
 def test_a_drained_candidate_loses_its_affinity(
     fake_upstream: FakeUpstream, clock: Clock, store: Store
 ) -> None:
@@ -503,3 +591,79 @@ def test_affinity_is_a_field_of_audit_and_the_python_api(
     again = audit(task="summarize", input_text="x", affinity="k")
     assert again.result.provider == home
     assert again.metadata.picks[0]["reason"] == "affinity"
+
+
+# --- the plan's steps --------------------------------------------------------------------
+
+
+def test_a_continuation_is_recorded_in_its_own_step(
+    fake_upstream: FakeUpstream, clock: Clock
+) -> None:
+    row = Chain.objects.create(name="main", is_default=True, stream_mode="continuation")
+    members = (("a", "openai", {}), ("b", "anthropic", {"supports_prefill": True}))
+    for position, (name, kind, extra) in enumerate(members):
+        fields = upstream_fields(name, kind, fake_upstream)
+        fields.update({"model": name, "max_retries": 0, "supports_streaming": True, **extra})
+        provider = Provider.objects.create(**fields)
+        ChainEntry.objects.create(chain=row, provider=provider, position=position)
+    fake_upstream.script("openai", Faults.stream(text="The quick brown fox", cut_after=2))
+    fake_upstream.script("anthropic", Faults.stream(text=" jumps."))
+    events = list(route_stream(AuditRequest(task="summarize", input_text="x", stream=True)))
+    last = events[-1]
+    assert isinstance(last, StreamResult) and last.routed.result.provider == "b"
+    assert [(a.provider, a.step) for a in last.routed.metadata.attempts] == [("a", 0), ("b", 1)]
+
+
+def test_a_chains_steps_are_worked_out_once_per_snapshot(
+    fake_upstream: FakeUpstream, clock: Clock
+) -> None:
+    chain(fake_upstream, ("weighted", [("a", 1.0), ("b", 1.0)]), "c")
+    other = Chain.objects.create(name="other")
+    ChainEntry.objects.create(chain=other, provider=Provider.objects.get(name="c"), position=0)
+    config = snapshot.current()
+    first = plan.resolve(REQUEST, config)
+    assert plan.resolve(replace(REQUEST, chain="other"), config).steps != first.steps
+    again = plan.resolve(REQUEST, config)
+    assert again.steps is first.steps and again.candidates is first.candidates
+    assert [[c.name for c in s.members] for s in first.steps] == [["a", "b"], ["c"], ["mock"]]
+
+
+def shape(request: AuditRequest) -> list[tuple[str, list[tuple[str, str]]]]:
+    """The resolved plan's steps: (strategy, [(provider, model override), …]) each."""
+    steps = plan.resolve(request, snapshot.current()).steps
+    return [(s.strategy, [(c.name, c.model) for c in s.members]) for s in steps]
+
+
+def test_an_explicit_provider_leaves_its_place_in_its_step(
+    fake_upstream: FakeUpstream, clock: Clock
+) -> None:
+    chain(fake_upstream, ("weighted", [("a", 1.0), ("b", 1.0), ("c", 1.0)]),
+          ("cost", [("d", 1.0), ("e", 1.0)]), "f")  # fmt: skip
+    assert shape(replace(REQUEST, provider="b")) == [
+        ("", [("b", "")]),
+        ("weighted", [("a", ""), ("c", "")]),
+        ("cost", [("d", ""), ("e", "")]),
+        ("", [("f", "")]),
+        ("", [("mock", "")]),
+    ]
+    # A step left with one member is a step of one: no strategy (nor drained weights).
+    assert shape(replace(REQUEST, provider="e"))[:3] == [
+        ("", [("e", "")]),
+        ("weighted", [("a", ""), ("b", ""), ("c", "")]),
+        ("", [("d", "")]),
+    ]
+
+
+def test_the_mock_in_a_chain_is_its_last_step_with_its_model(
+    fake_upstream: FakeUpstream, clock: Clock
+) -> None:
+    row = chain(fake_upstream, ("weighted", [("a", 1.0)]))
+    mock = Provider.objects.create(name="mock", kind="mock", model="mock-1")
+    b = Provider.objects.create(**{**upstream_fields("b", "openai", fake_upstream), "model": "b"})
+    ChainEntry.objects.create(chain=row, provider=mock, position=1, step=0,
+                              strategy="weighted", model="mock-large")  # fmt: skip
+    ChainEntry.objects.create(chain=row, provider=b, position=2, step=0, strategy="weighted")
+    assert shape(REQUEST) == [
+        ("weighted", [("a", ""), ("b", "")]),
+        ("", [("mock", "mock-large")]),
+    ]

@@ -29,7 +29,9 @@ Each name carries a digest of its function's code: when the function changes, it
 entries no longer apply (its survivors must be judged again; ``--list-equivalent``
 prints the lines for survivors of the last run). Results go to ``.mutation/results.json``
 and each module's survivors to ``.mutation/<module>/survivors.txt``
-(``mutmut show <name>`` in that directory prints a survivor's diff).
+(``mutmut show <name>`` in that directory prints a survivor's diff). ``--resume``
+reruns the survivors and the unchecked mutants; the earlier kills stand, even when mutmut
+forgot them because a test file joined the module's selection (:func:`keep_kills`).
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 WORK = ROOT / ".mutation"
@@ -112,6 +115,7 @@ ROUTING_TESTS = [
     "tests/test_router_tools.py",
     "tests/test_hedging.py",  # the walk's hedges (Race: both drivers)
     "tests/test_hedging_stream.py",  # a stream's hedges (both drivers)
+    "tests/test_steps_routing.py",  # the steps' order, strategies, affinity, leases
 ]
 MODULES.update(
     {
@@ -285,6 +289,38 @@ def _exit_codes(work: Path, path: str) -> dict[str, int | None]:
     return codes
 
 
+def _meta(work: Path, path: str) -> dict[str, Any]:
+    meta = work / "mutants" / (path + ".meta")
+    return json.loads(meta.read_text()) if meta.exists() else {}
+
+
+def keep_kills(work: Path, path: str, before: dict[str, Any]) -> int:
+    """Write back the kills of ``before`` (a module's mutmut state before a ``--resume``
+    run) that the run left unchecked; how many. mutmut forgets every verdict when a
+    module's test selection changes (a test file added to it), and a resumed run only
+    reruns the survivors: the earlier kills stand (only tests were added since), except
+    in a function whose code changed."""
+    meta = work / "mutants" / (path + ".meta")
+    if not before or not meta.exists():
+        return 0
+    now = json.loads(meta.read_text())
+    codes: dict[str, int | None] = now["exit_code_by_key"]
+    old_hashes = before.get("hash_by_function_name", {})
+    new_hashes = now.get("hash_by_function_name", {})
+    kept = 0
+    for key, code in before.get("exit_code_by_key", {}).items():
+        function = key.rsplit(".", 1)[-1].rsplit("__mutmut_", 1)[0]
+        if codes.get(key, 0) is not None or code not in KILLED | TIMEOUT:
+            continue
+        if old_hashes.get(function) != new_hashes.get(function):
+            continue
+        codes[key] = code
+        kept += 1
+    if kept:
+        meta.write_text(json.dumps(now, indent=4))
+    return kept
+
+
 def run_module(
     name: str,
     *,
@@ -299,7 +335,9 @@ def run_module(
     work = prepare(name, resume=resume)
     what = ", ".join(functions) if functions else "whole module"
     to_run = patterns
+    before: dict[str, Any] = {}
     if resume:  # rerun what survived and finish what was not checked; kills stand
+        before = _meta(work, path)
         previous = _exit_codes(work, path)
         to_run = sorted(k for k, v in previous.items() if v not in KILLED | TIMEOUT | SKIPPED)
         if patterns:
@@ -313,6 +351,7 @@ def run_module(
     # mutmut draws a progress spinner with carriage returns: keep each line's last frame.
     log = "\n".join(line.rsplit("\r", 1)[-1] for line in out.splitlines())
     (work / "mutmut-run.log").write_text(log + "\n")
+    keep_kills(work, path, before)
     exits = _exit_codes(work, path)
     if (code != 0 and not stopped) or not exits:
         print(log[-4000:], file=sys.stderr)
