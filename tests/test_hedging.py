@@ -490,3 +490,42 @@ def test_p95_learns_from_the_answers_the_walk_records(
     assert (failed.provider, failed.outcome, served.provider) == ("a", "error", "b")
     assert balance.p95("a") is None
     assert balance.p95("b") == served.latency_ms > 0
+
+
+# --- what a strategy step learns from a hedge -------------------------------------------
+
+
+def latency_step(fake: FakeUpstream) -> None:
+    """One ``latency`` step of a (OpenAI) and b (Anthropic), hedged after 100 ms; a
+    looks faster (10 ms against 5 s), so a goes first."""
+    row = Chain.objects.create(name="main", is_default=True, hedge_after_ms="100")
+    for position, name in enumerate(("a", "b")):
+        fields = {**upstream_fields(name, KINDS[name], fake), "model": name, "max_retries": 0}
+        ChainEntry.objects.create(
+            chain=row, provider=Provider.objects.create(**fields), position=position,
+            step=0, strategy="latency",
+        )  # fmt: skip
+    balance.reset()
+    balance.observe_latency("a", 10.0, ok=True)
+    balance.observe_latency("b", 5000.0, ok=True)
+
+
+def test_a_hedge_that_wins_in_a_strategy_step_moves_the_affinity_key_and_the_latencies(
+    fake_upstream: FakeUpstream,
+) -> None:
+    latency_step(fake_upstream)
+    fake_upstream.script("openai", Faults.slow(3.0, watch=True))
+    turn = dataclasses.replace(REQUEST, affinity="conversation-1")
+    rid = "00000000-0000-4000-a000-000000000001"  # a draw that does not explore
+    routed = route(turn, request_id=rid)
+    assert routed.metadata.picks[0]["picked"] == "a"
+    assert walk(routed) == [("a", "hedge_lost", "hedge_lost"), ("b", "ok", None)]
+    # The loser ran at least until the hedge's answer: a's estimate learns that much.
+    lost = next(a for a in routed.metadata.attempts if a.outcome == "hedge_lost")
+    assert (balance.latencies(["a"])["a"] or 0) >= lost.latency_ms >= 100
+    # The served hedge is settled as its step's member: its latency is sampled (below
+    # the 5 s it started from) and the affinity key follows it.
+    assert (balance.latencies(["b"])["b"] or 5000.0) < 5000.0
+    again = route(turn, request_id=rid)
+    assert again.metadata.picks[0]["reason"] == "affinity"
+    assert again.metadata.picks[0]["picked"] == again.result.provider == "b"

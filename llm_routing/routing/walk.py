@@ -615,7 +615,8 @@ class _Session:
                 drained=bool(strategy) and candidate.drained, context_floor=self.context_floor,
             )  # fmt: skip
             if reason is None and adapter is not None:
-                side.tried = _Tried(index, candidate, row, "", None)
+                # Settled as its step's member: a latency sample, the affinity key.
+                side.tried = _Tried(index, candidate, row, strategy, None)
                 return (yield from attempt(adapter, hedged=side.hold))
         return _skip_result(first.name, first.model, "unavailable")
 
@@ -730,6 +731,9 @@ class _Session:
                 results = yield from self._hedged(attempt, adapter, after_s, ahead, tried)
             for i, (done, result) in enumerate(zip(tried, results, strict=True)):
                 if result is None:  # a hedge's loser, or a hedge skipped
+                    if done.strategy == "latency" and done.lost_ms is not None:
+                        # It took at least this long: a lower bound its estimate learns.
+                        balance.observe_latency(done.candidate.name, done.lost_ms, ok=True)
                     walk.add(**done.unused(), step=done.step)
                     continue
                 served = yield from self._settle_attempt(done, result)
