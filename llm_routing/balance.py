@@ -317,17 +317,17 @@ def latencies(names: Iterable[str]) -> dict[str, float | None]:
 # --- cost ------------------------------------------------------------------------------
 
 
-def _output_tokens(request: AuditRequest, row: Provider) -> int:
+def _output_tokens(request: AuditRequest, row: Provider | None) -> int:
     if request.max_tokens is not None:
         return int(request.max_tokens)
     for key in ("max_tokens", "max_completion_tokens"):
-        value = (row.params or {}).get(key)
+        value = (row.params or {}).get(key) if row is not None else None
         if isinstance(value, int) and not isinstance(value, bool) and value > 0:
             return value
     return DEFAULT_OUTPUT_TOKENS
 
 
-def _usage(request: AuditRequest, row: Provider) -> Usage:
+def _usage(request: AuditRequest, row: Provider | None) -> Usage:
     return Usage(
         input_tokens=max(1, math.ceil(request.input_length / 4)),
         output_tokens=_output_tokens(request, row),
@@ -337,9 +337,6 @@ def _usage(request: AuditRequest, row: Provider) -> Usage:
 def estimate_tokens(row: Provider | None, request: AuditRequest) -> int:
     """This request's estimated tokens on ``row``, input and output (as for its cost;
     without a row, :data:`DEFAULT_OUTPUT_TOKENS` unless the request says)."""
-    if row is None:
-        output = request.max_tokens if request.max_tokens is not None else DEFAULT_OUTPUT_TOKENS
-        return max(1, math.ceil(request.input_length / 4)) + int(output)
     usage = _usage(request, row)
     return usage.input_tokens + usage.output_tokens
 
