@@ -495,3 +495,27 @@ def test_the_walk_names_the_first_problem_in_document_order_without_recursion():
     assert InputRefused(("messages", 0, "content", 1, "text"), "r").as_detail() == {
         "messages": {"0": {"content.1.text": ["r"]}}
     }
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["/audit/", "/v1/chat/completions", "/v1/responses", "/v1/messages", "/v1/embeddings"],
+)
+@pytest.mark.parametrize("key", ["k\\u0000", "k\\ud800"])
+def test_a_bad_key_at_the_top_of_the_body_is_an_object_400(client, upstream, path, key):
+    # The fuzzer's find: a NUL in a key of the body itself had no field to name, and
+    # /audit/ answered a bare list (["In a key: …"]), not the object its schema documents.
+    text = '{"' + key + '": 1, "model": "default", "task": "chat", "input": "x"}'
+    response = client.generic("POST", path, text.encode(), content_type="application/json")
+    assert response.status_code == 400, response.content
+    body = response.json()
+    assert isinstance(body, dict), body
+    assert "in a key" in response.content.decode().lower()
+    if path == "/audit/":
+        assert list(body) == ["non_field_errors"]
+    elif path == "/v1/messages":
+        assert body["type"] == "error" and body["error"]["type"] == "invalid_request_error"
+    else:
+        assert body["error"]["param"] is None
+    assert upstream.requests == []
+    assert RoutingDecision.objects.count() == 0

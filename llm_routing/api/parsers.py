@@ -20,6 +20,7 @@ from typing import IO, Any
 from rest_framework import renderers, status
 from rest_framework.exceptions import APIException, ParseError, ValidationError
 from rest_framework.parsers import BaseParser
+from rest_framework.settings import api_settings
 
 from ..boundary import CheckedObject, InputRefused, check
 from ..conf import routing_settings
@@ -46,6 +47,14 @@ def _drain(stream: IO[Any] | None, declared: int) -> None:
         if not chunk:
             return
         left -= len(chunk)
+
+
+def _detail(exc: InputRefused) -> Any:
+    """The refusal in DRF's error shape, always an object: a problem of the body as a
+    whole (a bad key at its top level) goes under ``non_field_errors`` as a serializer's
+    would, never as a bare list (the documented 400 is an object on every face)."""
+    detail = exc.as_detail()
+    return detail if isinstance(detail, dict) else {api_settings.NON_FIELD_ERRORS_KEY: detail}
 
 
 class LimitedJSONParser(BaseParser):
@@ -82,5 +91,5 @@ class LimitedJSONParser(BaseParser):
         try:
             check(data)
         except InputRefused as exc:
-            raise ValidationError(exc.as_detail()) from None
+            raise ValidationError(_detail(exc)) from None
         return CheckedObject(data) if isinstance(data, dict) else data
