@@ -23,8 +23,8 @@ from typing import Any, ClassVar
 import pytest
 from django.test import override_settings
 
-from llm_routing import balance
-from llm_routing.models import Attempt, Chain, ChainEntry, Provider, RoutingDecision
+from llm_routing import balance, budgets
+from llm_routing.models import Attempt, Budget, Chain, ChainEntry, Provider, RoutingDecision
 from llm_routing.providers import registry
 from llm_routing.providers.base import BaseProvider
 from llm_routing.router import route_stream
@@ -346,3 +346,41 @@ def _drive(steps: Any) -> Any:
             next(steps)
     except StopIteration as stop:
         return stop.value
+
+
+@pytest.fixture
+def atomic_racers(racers: None) -> Iterator[None]:
+    """:func:`racers` buffering their whole answers (``atomic``), the request admitted
+    under a global tokens budget (as the views admit it before the walk)."""
+    Chain.objects.filter(name="main").update(stream_mode="atomic")
+    Budget.objects.create(name="cap", scope="global", max_tokens=100_000, window="day")
+    budgets.reset_cache_state()
+    assert budgets.check(None) is None
+    yield
+    budgets.forget()
+
+
+@pytest.mark.usefixtures("atomic_racers")
+def test_an_atomic_loser_with_its_whole_answer_is_recorded_and_charged_with_its_usage(
+    driver: str,
+) -> None:
+    # Both racers buffer their whole answer (2 + 2 tokens each) at once; the walk
+    # releases the one that did not win. It had its usage: its hedge_lost row carries
+    # it, and the budget is charged for both answers.
+    text, _, last = run()
+    assert isinstance(last, StreamResult)
+    routed = last.routed
+    won = routed.result.provider
+    lost = {"a": "b", "b": "a"}[won]
+    assert text == f"{won} answers"
+    rows = {a.provider: a for a in routed.metadata.attempts}
+    assert rows[lost].outcome == "hedge_lost" and not rows[lost].served
+    used = budgets.usage([Budget.objects.get(name="cap")])["cap"]
+    if driver == "async" or rows[lost].usage is not None:
+        # On the event loop both sides end in the same turn and the walk releases the
+        # loser; on the sync driver a loser that saw the race lost closes its stream
+        # itself, after the walk has recorded it (docs/strategies.md, "Hedging").
+        assert rows[lost].usage == Usage(input_tokens=2, output_tokens=2)
+        assert used.tokens == 8  # the winner's 4 and the loser's 4
+    else:
+        assert used.tokens == 4

@@ -6,6 +6,7 @@ strategy's exploration, the cost strategy, context-aware fallback, explain's rep
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import replace
@@ -25,6 +26,7 @@ from llm_routing.routing import plan
 from llm_routing.types import AuditRequest, Principal, StreamResult
 from tests.conftest import Sleeps, upstream_fields
 from tests.fakes.upstream import FakeUpstream, Faults
+from tests.support import wait_for
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("driver", "key_env")]
 
@@ -176,6 +178,30 @@ def test_a_failed_call_gives_its_place_back_at_once(
     routed = route(REQUEST, sleeper=Sleeps())
     assert [a.outcome for a in routed.metadata.attempts] == ["error", "ok"]
     assert effects.run(_count(("a", "b"))) == {"a": 0, "b": 0}
+
+
+def test_a_hedge_in_a_least_in_flight_step_holds_a_place_while_it_runs(
+    fake_upstream: FakeUpstream, clock: Clock
+) -> None:
+    row = chain(fake_upstream, ("least_in_flight", [("a", 1.0), ("b", 1.0)]))
+    Chain.objects.filter(pk=row.pk).update(hedge_after_ms="100")
+    effects.run(_lease("b"))  # another worker's place at b: the walk picks a first
+    fake_upstream.script("openai", Faults.slow(3.0, watch=True))  # a: the slow primary
+    fake_upstream.script("openai", Faults.slow(0.5))  # b: the hedge, which wins
+    seen: list[dict[str, int]] = []
+
+    def watch() -> None:  # the counts while both calls are upstream
+        if wait_for(lambda: len(fake_upstream.requests_for("openai")) == 2, 10.0):
+            seen.append(effects.run(_count(("a", "b"))))
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    routed = route(REQUEST)
+    watcher.join()
+    assert routed.result.provider == "b" and routed.metadata.hedge == "won"
+    assert [(p, o) for p, o, _, _ in walk(routed)] == [("a", "hedge_lost"), ("b", "ok")]
+    assert seen == [{"a": 1, "b": 2}]  # the hedge counted like the walk's own call
+    assert effects.run(_count(("a", "b"))) == {"a": 0, "b": 1}  # both given back
 
 
 def _seed(names: list[str], latencies: dict[str, float], *, explored: bool) -> str:

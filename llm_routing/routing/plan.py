@@ -46,6 +46,11 @@ class PlanStep:
     strategy: str
     members: tuple[Candidate, ...]
 
+    @property
+    def applied(self) -> str:
+        """The strategy the walk applies: none for a step of one (whatever it names)."""
+        return self.strategy if len(self.members) > 1 else ""
+
 
 @dataclass(frozen=True)
 class Plan:

@@ -51,6 +51,7 @@ from ..types import (
     StreamToolCallDelta,
     ToolCall,
     ToolCallDelta,
+    Usage,
     assemble_tool_calls,
 )
 from .plan import Setup, _adapter_for, with_output_ceiling
@@ -326,15 +327,20 @@ def _drop(
     events: StreamHandle,
     live: dict[_Key, _Live],
     opened: dict[_Key, _Opened],
-) -> Steps[None]:
+) -> Steps[Usage | None]:
     """A hedge's loser that had opened its stream (:class:`_Hold`): forgotten, closed,
-    and its circuit told it was cancelled (never a failure; it frees a probe slot)."""
+    and its circuit told it was cancelled (never a failure; it frees a probe slot). The
+    usage its upstream reported, when it had sent its whole answer (``atomic``): the
+    request is charged for it."""
     config = adapter.config
     key = (config.name, config.model)
-    del live[key], opened[key]
+    head = live.pop(key)[1]
+    del opened[key]
     yield from CloseStream(events)
     gone = error_result(adapter, _gone_error(), latency_ms=0.0, retries=0, upstream_requests=1)
     yield from Observe(config, gone)
+    end = head[-1] if head else None
+    return end.usage if isinstance(end, StreamEnd) else None
 
 
 def _settle(

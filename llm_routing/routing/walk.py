@@ -59,6 +59,7 @@ from ..types import (
     ProviderResult,
     RoutingMetadata,
     RoutingResult,
+    Usage,
 )
 from .plan import PlanStep, Setup, _adapter_for, _Setup, affinity_key, with_output_ceiling
 
@@ -90,6 +91,7 @@ class _Tried:
     lease: tuple[str, str] | None
     lost_ms: float | None = None  # a hedge's loser: how long it ran before its cancel
     skipped: str | None = None  # a hedge not started: why (deadline, attempt_budget, cost_cap)
+    usage: Usage | None = None  # a loser's usage, when it had its whole answer (atomic)
 
     def unused(self) -> dict[str, object]:
         """The attempt row of a hedge's loser or of a hedge skipped."""
@@ -98,7 +100,8 @@ class _Tried:
             return {"provider": self.candidate.name, "model": model,
                     "outcome": "hedge_skipped", "reason": self.skipped}  # fmt: skip
         return {"provider": self.candidate.name, "model": model, "outcome": "hedge_lost",
-                "reason": "hedge_lost", "latency_ms": self.lost_ms or 0.0}  # fmt: skip
+                "reason": "hedge_lost", "latency_ms": self.lost_ms or 0.0,
+                "usage": self.usage}  # fmt: skip
 
 
 class _Hold:
@@ -106,16 +109,20 @@ class _Hold:
     its first token): kept when the side wins, released when it loses — by the walk
     (:meth:`lose`), or by the side itself when it opens only after the race was decided
     (a sync side cannot be interrupted). The lock orders the side's :meth:`keep` and
-    the walk's :meth:`lose`, so exactly one of them releases it."""
+    the walk's :meth:`lose`, so exactly one of them releases it. ``usage``: what the
+    side the walk released had reported (an atomic stream buffered to its end), the
+    usage of its ``hedge_lost`` row, so charged to the request."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._lost = False
-        self._release: Callable[[], Steps[None]] | None = None
+        self._release: Callable[[], Steps[Usage | None]] | None = None
+        self.usage: Usage | None = None
 
-    def keep(self, publish: Callable[[], None], release: Callable[[], Steps[None]]) -> bool:
+    def keep(self, publish: Callable[[], None], release: Callable[[], Steps[Usage | None]]) -> bool:
         """The side has opened something: ``publish`` it to the walk and remember how to
-        ``release`` it; False (nothing published) once the side has lost."""
+        ``release`` it (which answers the usage the side had seen); False (nothing
+        published) once the side has lost."""
         with self._lock:
             if self._lost:
                 return False
@@ -131,7 +138,7 @@ class _Hold:
             release, self._release = self._release, None
         if release is None:
             return False
-        yield from release()
+        self.usage = yield from release()
         return True
 
 
@@ -554,8 +561,12 @@ class _Session:
             self.walk.add(**_attempt_record(gone, served=False), step=tried[0].step)
             raise
         results = list(raced.results)
-        if raced.winner is not None and (yield from (hold, hedge.hold)[1 - raced.winner].lose()):
-            results[1 - raced.winner] = None  # it had opened too: cancelled now
+        lost_usage: Usage | None = None
+        if raced.winner is not None:
+            losing = (hold, hedge.hold)[1 - raced.winner]
+            if (yield from losing.lose()):
+                results[1 - raced.winner] = None  # it had opened too: cancelled now
+                lost_usage = losing.usage
         for outcome in results:
             if isinstance(outcome, Exception):
                 raise outcome  # a hook or a bug: the walk's own failure path
@@ -578,9 +589,9 @@ class _Session:
         else:
             self.hedge_outcome = "failed"
         if primary is None:  # the hedge won: the primary is the loser
-            tried[0] = replace(tried[0], lost_ms=raced.lost_ms)
+            tried[0] = replace(tried[0], lost_ms=raced.lost_ms, usage=lost_usage)
         elif second is None:
-            tried[1] = replace(tried[1], lost_ms=raced.lost_ms)
+            tried[1] = replace(tried[1], lost_ms=raced.lost_ms, usage=lost_usage)
         return [primary, second]
 
     def _hedge(
@@ -609,14 +620,19 @@ class _Session:
         for index, candidate in waiting:
             row = self.rows.get(candidate.name)
             adapter = _adapter_for(candidate.name, candidate.model, row)
-            strategy = self.plan.step_list()[index].strategy
+            strategy = self.plan.step_list()[index].applied
             reason = yield from self.skip(
                 candidate.name, row, adapter, budget,
                 drained=bool(strategy) and candidate.drained, context_floor=self.context_floor,
             )  # fmt: skip
             if reason is None and adapter is not None:
-                # Settled as its step's member: a latency sample, the affinity key.
-                side.tried = _Tried(index, candidate, row, strategy, None)
+                # Settled as its step's member: a latency sample, the affinity key, and
+                # in a least_in_flight step a place in flight as the walk's own call has.
+                lease: tuple[str, str] | None = None
+                if strategy == "least_in_flight":
+                    lease = (candidate.name, (yield from Lease(candidate.name)))
+                    self.leases.append(lease)
+                side.tried = _Tried(index, candidate, row, strategy, lease)
                 return (yield from attempt(adapter, hedged=side.hold))
         return _skip_result(first.name, first.model, "unavailable")
 
@@ -670,7 +686,7 @@ class _Session:
 
     def _step_order(self, index: int, step: PlanStep) -> Steps[tuple[Candidate, ...]]:
         """Step ``index``'s members in the order the walk tries them."""
-        if len(step.members) > 1 and step.strategy:
+        if step.applied:
             return (yield from self._order(index, step))
         return step.members
 
@@ -687,7 +703,7 @@ class _Session:
                 continue
             index, candidate = ahead.queue.pop(0)
             step = steps[index]
-            strategy = step.strategy if len(step.members) > 1 else ""
+            strategy = step.applied
             last_step = index == len(steps) - 1
             name, model = candidate.name, candidate.model
             if (name, model) in ahead.tried:  # already tried as a hedge
@@ -734,6 +750,9 @@ class _Session:
                     if done.strategy == "latency" and done.lost_ms is not None:
                         # It took at least this long: a lower bound its estimate learns.
                         balance.observe_latency(done.candidate.name, done.lost_ms, ok=True)
+                    if done.lease is not None:  # cancelled: its place is free at once
+                        self.leases.remove(done.lease)
+                        yield from Unlease(*done.lease)
                     walk.add(**done.unused(), step=done.step)
                     continue
                 served = yield from self._settle_attempt(done, result)
