@@ -83,7 +83,9 @@ def explain(request: AuditRequest, *, request_id: str | None = None) -> Explanat
                 remembered[index] = (
                     pick.picked if pick.reason == "affinity" else effects.run(_recall(cache_key))
                 )
-        walk_order.extend((index, c, bool(step.applied)) for c in ordered)
+        walk_order.extend(
+            (index, c, len(step.members) > 1 and bool(step.strategy)) for c in ordered
+        )
     for position, (step_index, candidate, drainable) in enumerate(walk_order):
         name, model = candidate.name, candidate.model
         row = rows.get(name)
