@@ -51,3 +51,36 @@ def test_a_resumed_run_keeps_the_kills_mutmut_forgot(tool: ModuleType, tmp_path:
     # F1 (killed) and F3 (timed out) stand; G1's function changed: checked afresh.
     assert codes == {F + "1": 1, F + "2": 1, F + "3": 24, G + "1": None, G + "2": 0}
     assert tool.keep_kills(tmp_path, PATH, {}) == 0
+
+
+def test_the_changed_functions_are_those_mutmut_mutates(tool: ModuleType) -> None:
+    # mutmut leaves decorated functions alone (a property included), except under a
+    # lone @staticmethod or @classmethod: asking it for a property's mutants fails the
+    # run ("nothing matches"), as CI's step did after a property changed.
+    source = """
+import functools
+
+def plain(): return 1
+
+@functools.cache
+def cached(): return 2
+
+class Step:
+    def method(self): return 3
+
+    @property
+    def applied(self): return 4
+
+    @staticmethod
+    def static(): return 5
+
+    @classmethod
+    def build(cls): return 6
+
+    @staticmethod
+    @functools.cache
+    def both(): return 7
+"""
+    assert sorted(tool.function_names(source)) == sorted(
+        ["x_plain", "xǁStepǁmethod", "xǁStepǁstatic", "xǁStepǁbuild"]
+    )

@@ -237,15 +237,31 @@ def _mutmut(work: Path, args: list[str], *, timeout: float | None) -> tuple[int,
         return proc.returncode, out, True
 
 
+def _mutated(node: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    """Whether mutmut mutates this function: not when it is decorated (a property
+    included), except by a lone ``@staticmethod`` or ``@classmethod``."""
+    decorators = node.decorator_list
+    if not decorators:
+        return True
+    only = decorators[0]
+    return (
+        len(decorators) == 1
+        and isinstance(only, ast.Name)
+        and only.id in ("staticmethod", "classmethod")
+    )
+
+
 def function_names(source: str) -> dict[str, str]:
-    """mutmut's name for each function and method of a module -> a dump of its code."""
+    """mutmut's name for each function and method of a module that mutmut mutates ->
+    a dump of its code."""
     out: dict[str, str] = {}
     for node in ast.parse(source).body:
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-            out[f"x_{node.name}"] = ast.dump(node)
+            if _mutated(node):
+                out[f"x_{node.name}"] = ast.dump(node)
         elif isinstance(node, ast.ClassDef):
             for item in node.body:
-                if isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef):
+                if isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef) and _mutated(item):
                     out[f"x\u01c1{node.name}\u01c1{item.name}"] = ast.dump(item)
     return out
 
@@ -353,6 +369,10 @@ def run_module(
     (work / "mutmut-run.log").write_text(log + "\n")
     keep_kills(work, path, before)
     exits = _exit_codes(work, path)
+    if patterns and code != 0 and "nothing matches" in log:  # no mutant in those functions
+        print(f"{path}: no mutant in {what}", flush=True)
+        return Score(name, path, 0, 0, 0, 0, 0, 0, 0, 100.0, round(seconds, 1), 0, 100.0,
+                     functions or [])  # fmt: skip
     if (code != 0 and not stopped) or not exits:
         print(log[-4000:], file=sys.stderr)
         raise SystemExit(f"mutmut run failed for {path} (exit {code})")
