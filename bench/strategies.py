@@ -3,7 +3,7 @@ Every routed request is a real walk (``route()`` / ``aroute()``).
 
     .venv/bin/python bench/strategies.py [--requests 10000] [--workers 2]
         [--conversations 500] [--clients 64] [--seconds 10] [--fast-ms 20]
-        [--hedge-requests 2000] [--hedge-clients 20]
+        [--hedge-requests 2000] [--hedge-clients 20] [--hedge-driver async|sync]
         [--redis-url redis://127.0.0.1:6379/14] [--database-url postgres://…]
         [--only weighted|affinity|least_in_flight|hedging]
 
@@ -40,6 +40,10 @@ Every routed request is a real walk (``route()`` / ``aroute()``).
   must match; each row is also looked up, by its request id, in what the upstream saw
   of that request), with what those rows charged. ``--database-url`` must be a
   database of the bench's own: its providers, chains and decisions are deleted first.
+  ``--hedge-driver sync``: the same through ``route()`` in ``--hedge-clients`` threads
+  (a WSGI deployment, the Python API): a loser's call cannot be interrupted there, so
+  the upstream completes it instead of seeing a disconnect; the bench waits 9 s for
+  those calls before it reads the counts.
 
 Prints the date, the command, the load average before and after, and a Markdown table.
 The routing cache is Redis (``--redis-url``; its database is flushed first: give the
@@ -421,10 +425,17 @@ def _upstream(port: int, path: str, method: str = "GET") -> dict[str, Any]:
     return out
 
 
+def _hedged_request(i: int, chain: str) -> Any:
+    """Request ``i`` of the hedging run: one in twenty makes the primary take 8 s."""
+    from llm_routing.types import AuditRequest
+
+    text = f"req-{i}- {SLOW_MARK}" if i % 20 == 0 else f"req-{i}- hello"
+    return AuditRequest(task="t", input_text=text, chain=chain)
+
+
 async def _hedging(requests: int, clients: int, chain: str, ids: list[str]) -> list[float]:
     """End-to-end latencies (s), sorted; request ``i`` is routed as ``ids[i]``."""
     from llm_routing.router import aroute
-    from llm_routing.types import AuditRequest
 
     loop = asyncio.get_running_loop()
     todo = iter(range(requests))
@@ -432,8 +443,7 @@ async def _hedging(requests: int, clients: int, chain: str, ids: list[str]) -> l
 
     async def client() -> None:
         for i in todo:
-            text = f"req-{i}- {SLOW_MARK}" if i % 20 == 0 else f"req-{i}- hello"
-            request = AuditRequest(task="t", input_text=text, chain=chain)
+            request = _hedged_request(i, chain)
             start = loop.time()
             routed = await aroute(request, persist=True, request_id=ids[i])
             latencies.append(loop.time() - start)
@@ -443,8 +453,48 @@ async def _hedging(requests: int, clients: int, chain: str, ids: list[str]) -> l
     return sorted(latencies)
 
 
+def _hedging_sync(requests: int, clients: int, chain: str, ids: list[str]) -> list[float]:
+    """:func:`_hedging` on the sync driver (``route()``): ``clients`` threads."""
+    import threading
+
+    from django.db import connections
+
+    from llm_routing.router import route
+
+    todo = iter(range(requests))
+    lock = threading.Lock()
+    latencies: list[float] = []
+
+    def client() -> None:
+        try:
+            while True:
+                with lock:
+                    i = next(todo, None)
+                if i is None:
+                    return
+                start = time.perf_counter()
+                routed = route(_hedged_request(i, chain), persist=True, request_id=ids[i])
+                latencies.append(time.perf_counter() - start)
+                assert routed.result.ok, routed.result.error
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=client) for _ in range(clients)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return sorted(latencies)
+
+
 def _hedging_worker(
-    requests: int, clients: int, cache_url: str, database_url: str, port: int, results: Any
+    requests: int,
+    clients: int,
+    cache_url: str,
+    database_url: str,
+    port: int,
+    results: Any,
+    driver: str = "async",
 ) -> None:
     os.environ["CACHE_URL"] = cache_url
     os.environ[KEY_ENV] = "sk-bench-fake"
@@ -481,7 +531,13 @@ def _hedging_worker(
     for chain in ("unhedged", "hedged"):
         _upstream(port, "/reset", "POST")
         ids = [str(uuid.uuid4()) for _ in range(requests)]
-        latencies = async_to_sync(_hedging)(requests, clients, chain, ids)
+        if driver == "sync":
+            latencies = _hedging_sync(requests, clients, chain, ids)
+            # A sync loser's call runs to its end in the background (docs/strategies.md,
+            # "The two drivers"): wait for the upstream to have answered every request.
+            time.sleep(9.0)
+        else:
+            latencies = async_to_sync(_hedging)(requests, clients, chain, ids)
         recorder.flush(60.0)
         time.sleep(1.0)  # the upstream sees the last disconnects
         upstream = _upstream(port, "/stats")
@@ -519,7 +575,9 @@ def _hedging_worker(
     results.put(out)
 
 
-def hedging(requests: int, clients: int, redis_url: str, database_url: str) -> list[str]:
+def hedging(
+    requests: int, clients: int, redis_url: str, database_url: str, driver: str = "async"
+) -> list[str]:
     ctx = multiprocessing.get_context("spawn")
     port_out, results = ctx.Queue(), ctx.Queue()
     upstream = ctx.Process(target=_fake_upstream, args=(port_out,), daemon=True)
@@ -534,7 +592,8 @@ def hedging(requests: int, clients: int, redis_url: str, database_url: str) -> l
         tmp = tempfile.mkdtemp(prefix="bench-strategies-")
         db = database_url or f"sqlite:///{tmp}/hedging.sqlite3"
         worker = ctx.Process(
-            target=_hedging_worker, args=(requests, clients, cache_url, db, port, results)
+            target=_hedging_worker,
+            args=(requests, clients, cache_url, db, port, results, driver),
         )
         worker.start()
         out = results.get()
@@ -565,8 +624,14 @@ def hedging(requests: int, clients: int, redis_url: str, database_url: str) -> l
     )
     fate = ", ".join(f"{what} {n}" for what, n in sorted(hedged["fate"].items()))
     where = "PostgreSQL" if database_url.startswith("postgres") else "SQLite"
+    how = (
+        f"{clients} threads on the sync driver (route(); a loser's call cannot be "
+        "interrupted and runs to its end)"
+        if driver == "sync"
+        else f"{clients} clients"
+    )
     return [
-        f"| hedging, {requests} requests, {clients} clients, real sockets to a fake "
+        f"| hedging, {requests} requests, {how}, real sockets to a fake "
         f"upstream: primary 200 ms (95 %) / 8 s (5 %), second 300 ms, hedge_after_ms = 400, "
         f"persist=True on {where} | p99 unhedged {plain['p99']:.2f} s (p50 "
         f"{plain['p50']:.2f}), hedged {hedged['p99']:.2f} s (p50 {hedged['p50']:.2f}); "
@@ -636,6 +701,12 @@ def main() -> None:
     parser.add_argument("--fast-ms", type=float, default=20.0)
     parser.add_argument("--hedge-requests", type=int, default=2000)
     parser.add_argument("--hedge-clients", type=int, default=20)
+    parser.add_argument(
+        "--hedge-driver",
+        choices=["async", "sync"],
+        default="async",
+        help="hedging through aroute() on one event loop, or route() in threads",
+    )
     parser.add_argument("--only", choices=["weighted", "affinity", "least_in_flight", "hedging"])
     parser.add_argument(
         "--redis-url",
@@ -666,7 +737,13 @@ def main() -> None:
             args.clients, args.workers, args.seconds, args.fast_ms, args.redis_url
         )
     if "hedging" in wanted:
-        rows += hedging(args.hedge_requests, args.hedge_clients, args.redis_url, args.database_url)
+        rows += hedging(
+            args.hedge_requests,
+            args.hedge_clients,
+            args.redis_url,
+            args.database_url,
+            args.hedge_driver,
+        )
     load_after = os.getloadavg()
     command = shlex.join([".venv/bin/python", "bench/strategies.py", *sys.argv[1:]])
     database = args.database_url.split("@")[-1] if args.database_url else "SQLite (temp file)"
