@@ -1,4 +1,5 @@
-"""Hostile input in every string and JSON field of every operation (issue 22).
+"""Hostile input in every string and JSON field of every operation (issue 22), the
+Responses, Messages, count_tokens and embeddings faces included.
 
 Each case takes a valid request of one operation — every field the operation has filled
 in — and plants one hostile value at a random place of it: a lone surrogate or a NUL
@@ -10,7 +11,7 @@ valid but unusual text (astral characters, U+FFFF, line separators, an escaped s
 pair) that must be accepted.
 
 Every answer must be below 500 and must not carry the provider's key; every 2xx answer
-of a routing operation (``/audit/``, ``/v1/chat/completions``, streamed or not) must have
+of a routing operation (``/audit/`` and the ``/v1`` faces, streamed or not) must have
 its decision row, found by its request id. Requests go in-process as a token user
 through Django's WSGI handler (Django's test client) — a quarter of the body cases
 through its ASGI handler (``AsyncClient``) — to the mock provider and to an
@@ -47,12 +48,16 @@ KEY = "sk-fuzz-KEY-7a6b5c4d3e2f1a0b9c8d7e6f5a4b3c2d"
 
 #: Each operation's share of the cases.
 SHARE = {
-    "POST /audit/": 0.36,
-    "POST /v1/chat/completions": 0.36,
-    "GET /audit/explain/": 0.16,
-    "GET /audit/jobs/{job_id}/": 0.06,
-    "GET /health/": 0.03,
-    "GET /v1/models": 0.03,
+    "POST /audit/": 0.24,
+    "POST /v1/chat/completions": 0.24,
+    "POST /v1/responses": 0.12,
+    "POST /v1/messages": 0.12,
+    "POST /v1/messages/count_tokens": 0.02,
+    "POST /v1/embeddings": 0.06,
+    "GET /audit/explain/": 0.12,
+    "GET /audit/jobs/{job_id}/": 0.04,
+    "GET /health/": 0.02,
+    "GET /v1/models": 0.02,
 }
 
 WEATHER = {
@@ -157,6 +162,112 @@ def v1_bodies(model: str) -> list[dict[str, Any]]:
             "stream_options": {"include_usage": True},
         },
     ]
+
+
+def responses_bodies(model: str) -> list[dict[str, Any]]:
+    """Valid /v1/responses bodies covering every parameter the face takes."""
+    tool = {"type": "function", **WEATHER["function"]}
+    return [
+        {
+            "model": model,
+            "instructions": "Be brief.",
+            "input": [
+                {"type": "message", "role": "user", "content": [
+                    {"type": "input_text", "text": "Weather in Paris?"},
+                    {"type": "input_image", "image_url": "https://img.example/a.png"},
+                ]},
+                {"type": "function_call", "call_id": "call_1", "name": "get_weather",
+                 "arguments": '{"city": "Paris", "days": 2}'},
+                {"type": "function_call_output", "call_id": "call_1", "output": '{"temp_c": 21}'},
+            ],
+            "tools": [tool],
+            "tool_choice": "auto",
+            "parallel_tool_calls": True,
+            "max_output_tokens": 64,
+            "temperature": 0.5,
+            "top_p": 0.9,
+            "metadata": {"tenant": "acme"},
+            "user": "alice",
+        },
+        {
+            "model": model,
+            "input": "Summarize this.",
+            "text": {"format": {"type": "json_schema", "name": "answer", "schema": SCHEMA,
+                                "strict": True}},
+        },
+        {"model": model, "input": "Tell me.", "stream": True},
+    ]  # fmt: skip
+
+
+def messages_bodies(model: str) -> list[dict[str, Any]]:
+    """Valid /v1/messages bodies covering every parameter the face takes."""
+    tool = {"name": "get_weather", "description": "Weather of a city",
+            "input_schema": WEATHER["function"]["parameters"]}  # fmt: skip
+    return [
+        {
+            "model": model,
+            "max_tokens": 64,
+            "system": [{"type": "text", "text": "Be brief."}],
+            "messages": [
+                {"role": "user", "content": [
+                    {"type": "text", "text": "Weather in Paris?"},
+                    {"type": "image", "source": {"type": "url", "url": "https://img.example/a.png"}},
+                ]},
+                {"role": "assistant", "content": [
+                    {"type": "tool_use", "id": "toolu_1", "name": "get_weather",
+                     "input": {"city": "Paris", "days": 2}},
+                ]},
+                {"role": "user", "content": [
+                    {"type": "tool_result", "tool_use_id": "toolu_1", "content": "21 C"},
+                ]},
+            ],
+            "tools": [tool],
+            "tool_choice": {"type": "auto"},
+            "stop_sequences": ["END"],
+            "temperature": 0.5,
+            "top_p": 0.9,
+            "metadata": {"user_id": "alice"},
+        },
+        {
+            "model": model,
+            "max_tokens": 64,
+            "system": "Be brief.",
+            "messages": [{"role": "user", "content": "Hi"}],
+            "stream": True,
+        },
+    ]  # fmt: skip
+
+
+def embeddings_bodies(model: str) -> list[dict[str, Any]]:
+    """Valid /v1/embeddings bodies: a string, strings, token arrays, every parameter."""
+    return [
+        {"model": model, "input": "A text to embed.", "encoding_format": "float", "user": "u"},
+        {"model": model, "input": ["one", "two"], "dimensions": 8, "encoding_format": "base64"},
+        {"model": model, "input": [[1, 2, 3], [4, 5]]},
+    ]
+
+
+#: What Anthropic's count_tokens takes of a Messages body.
+COUNT_TOKENS_FIELDS = {"model", "system", "messages", "tools", "tool_choice"}
+
+
+def count_tokens_bodies(model: str) -> list[dict[str, Any]]:
+    """Valid /v1/messages/count_tokens bodies: the Messages bodies, what it takes of them."""
+    return [
+        {k: v for k, v in body.items() if k in COUNT_TOKENS_FIELDS}
+        for body in messages_bodies(model)
+    ]
+
+
+#: The body operations: the path, its valid bodies, whether a 2xx has a decision row.
+BODY_OPERATIONS: dict[str, tuple[Callable[[str], list[dict[str, Any]]], bool]] = {
+    "POST /audit/": (audit_bodies, True),
+    "POST /v1/chat/completions": (v1_bodies, True),
+    "POST /v1/responses": (responses_bodies, True),
+    "POST /v1/messages": (messages_bodies, True),
+    "POST /v1/messages/count_tokens": (count_tokens_bodies, False),
+    "POST /v1/embeddings": (embeddings_bodies, True),
+}
 
 
 # --- hostile values ----------------------------------------------------------------------
@@ -408,7 +519,11 @@ def _share(operation: str) -> int:
 
 
 def _body_cases(
-    fuzzer: Fuzzer, operation: str, path: str, bases: Callable[[str], list[dict[str, Any]]]
+    fuzzer: Fuzzer,
+    operation: str,
+    path: str,
+    bases: Callable[[str], list[dict[str, Any]]],
+    routes: bool = True,
 ) -> None:
     rng = random.Random(f"{SEED}:{operation}")
     templates = [*bases("mock"), *bases("fake")]
@@ -423,18 +538,21 @@ def _body_cases(
         asgi = case % 4 == 3  # a quarter of the cases through the ASGI handler
         outcome = fuzzer.send("POST", path, raw, asgi=asgi)
         label = f"{operation} {'ASGI' if asgi else 'WSGI'} {planted.place} [{planted.kind}]"
-        fuzzer.judge(case, label, outcome, routes=True)
+        fuzzer.judge(case, label, outcome, routes=routes)
 
 
 @pytest.mark.django_db(transaction=True)
-@pytest.mark.parametrize("operation", ["POST /audit/", "POST /v1/chat/completions"])
+@pytest.mark.parametrize("operation", list(BODY_OPERATIONS))
 def test_hostile_bodies_never_5xx_and_every_2xx_is_recorded(fuzzer: Fuzzer, operation: str):
     path = operation.split()[1]
-    bases = audit_bodies if path == "/audit/" else v1_bodies
-    _body_cases(fuzzer, operation, path, bases)
+    bases, routes = BODY_OPERATIONS[operation]
+    _body_cases(fuzzer, operation, path, bases, routes)
     print(fuzzer.summary(operation))  # shown with -s
     assert not fuzzer.failures, "\n".join(fuzzer.failures[:20])
-    assert fuzzer.recorded > 0  # some answers were 2xx and each had its row
+    if routes:
+        assert fuzzer.recorded > 0  # some answers were 2xx and each had its row
+    else:
+        assert fuzzer.statuses.get(200, 0) > 0  # some were answered
 
 
 QUERY_HOSTILE = [
