@@ -307,6 +307,22 @@ def test_errors_and_models_alike(
         assert RoutingDecision.objects.count() == 0
 
 
+def test_403_of_a_permission_the_caller_lacks_alike(token: str, two: Callable[[], None]) -> None:
+    # A host that keeps /v1 to staff (API_PERMISSION_CLASSES): alice, authenticated by
+    # her token but not staff, gets the same 403 from both paths, on every face, and
+    # nothing is routed.
+    admin_only = {"API_PERMISSION_CLASSES": ["rest_framework.permissions.IsAdminUser"]}
+    calls = [
+        post(CHAT),
+        ("GET", "/v1/models", None, {}),
+        ("POST", "/v1/embeddings", {"model": "default", "input": "x"}, {}),
+    ]
+    with override_settings(LLM_ROUTING=admin_only):
+        answered = both(token, two, *calls)
+    assert [a[0] for a in answered] == [403, 403, 403]
+    assert RoutingDecision.objects.count() == 0
+
+
 def test_429_throttle_alike(token: str, two: Callable[[], None]) -> None:
     with override_settings(LLM_ROUTING={"API_THROTTLE_RATES": {"user": "1/min", "anon": None}}):
         answers = {}
