@@ -29,26 +29,12 @@ from .models import Provider
 from .providers.base import BaseProvider
 from .resilience.breaker import Allow, PeekCircuit
 from .resilience.budget import Budget
-from .types import CAPABILITIES, MOCK_PROVIDER_NAME, AuditRequest
+from .types import CAPABILITIES, MOCK_PROVIDER_NAME, SKIP_REASONS, AuditRequest
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
 __all__ = ["SKIP_REASONS", "may_try", "missing_capability", "target_dimension", "too_small"]
-
-#: Every reason :func:`may_try` can give, in the order it checks them.
-SKIP_REASONS = (
-    "not_allowed",
-    "unknown_provider",
-    "disabled",
-    "drained",
-    "missing_key",
-    "unsupported",
-    "context_too_small",
-    "dimension_mismatch",
-    "budget_exhausted",
-    "circuit_open",
-)
 
 
 def missing_capability(

@@ -28,7 +28,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from . import pricing
-from .types import AuditRequest, RoutingResult, Usage
+from .types import SKIP_REASONS, AuditRequest, RoutingResult, Usage
 from .version import __version__
 
 __all__ = [
@@ -61,21 +61,8 @@ ERROR_CATEGORIES = frozenset(
         "chain_exhausted",
     }
 )
-SKIP_REASONS = frozenset(
-    {
-        "not_allowed",
-        "unknown_provider",
-        "disabled",
-        "drained",
-        "missing_key",
-        "unsupported",
-        "context_too_small",
-        "dimension_mismatch",
-        "budget_exhausted",
-        "circuit_open",
-    }
-)
-FALLBACK_REASONS = ERROR_CATEGORIES | SKIP_REASONS | {"no_chain", "continuation"}
+_SKIPS = frozenset(SKIP_REASONS)  # the availability decision's reasons (types.py)
+FALLBACK_REASONS = ERROR_CATEGORIES | _SKIPS | {"no_chain", "continuation"}
 OUTCOMES = frozenset({"ok", "fallback", "error"})
 HEDGE_OUTCOMES = frozenset({"won", "lost", "failed", "skipped"})
 #: Skips decided before the row was looked up: the name may be any caller's text.
@@ -296,7 +283,7 @@ def observe(request: AuditRequest, routed: RoutingResult) -> None:
             # A skip decided before the row was looked up may carry any caller's text.
             known = source is not None or attempt.reason not in UNCHECKED_SKIPS
             provider = attempt.provider if known else OTHER
-            _skips(provider, _bounded(attempt.reason, SKIP_REASONS) or OTHER).inc()
+            _skips(provider, _bounded(attempt.reason, _SKIPS) or OTHER).inc()
             continue
         if attempt.outcome == "hedge_skipped":  # no call: counted in llm_routing_hedges_total
             continue

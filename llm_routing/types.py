@@ -17,6 +17,7 @@ from .failure_policy import policy_for
 __all__ = [
     "CAPABILITIES",
     "MOCK_PROVIDER_NAME",
+    "SKIP_REASONS",
     "AttemptRecord",
     "AuditRequest",
     "Call",
@@ -53,6 +54,21 @@ Status = Literal["ok", "fallback", "error"]
 Outcome = Literal["ok", "error", "skipped", "hedge_lost", "hedge_skipped"]
 RouterMode = Literal["explicit", "chain", "default", "rule", "forced"]
 Role = Literal["system", "developer", "user", "assistant", "tool"]
+
+#: Every reason the availability decision (``availability.may_try``) can give for
+#: skipping a candidate, in the order it checks them; the metrics bound their label to it.
+SKIP_REASONS = (
+    "not_allowed",
+    "unknown_provider",
+    "disabled",
+    "drained",
+    "missing_key",
+    "unsupported",
+    "context_too_small",
+    "dimension_mismatch",
+    "budget_exhausted",
+    "circuit_open",
+)
 
 #: What an adapter kind can declare (a provider row may override each one).
 CAPABILITIES = ("streaming", "structured_output", "tools", "images", "prefill", "embeddings")
