@@ -48,7 +48,9 @@ import llm_routing
 from llm_routing import budgets, effects, recorder, router
 from llm_routing.cache import async_redis, raw_redis, routing_cache
 from llm_routing.effects import Effect
+from llm_routing.errors import UnavailableError
 from llm_routing.models import Budget, RoutingDecision
+from llm_routing.resilience import breaker
 from llm_routing.signals import request_routed
 from llm_routing.types import (
     AuditRequest,
@@ -150,7 +152,12 @@ class Ledger:
 def ledger(
     scripted: Any, key_env: str, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[tuple[Ledger, dict[str, Any]]]:
-    make_chain("main", [make_provider("a", supports_streaming=True)], is_default=True)
+    a = make_provider("a", supports_streaming=True)
+    make_chain("main", [a], is_default=True)
+    # "failover": x fails (transient, before any token) and a serves.
+    make_chain("failover", [make_provider("x", supports_streaming=True, max_retries=0), a])
+    scripted.scripts["x"] = [UnavailableError("x is down.")]
+    scripted.streams["x"] = [[UnavailableError("x is down.")]]
     key = key_env
     scripted.streams["a"] = [
         [
@@ -186,8 +193,9 @@ def ledger(
                 budgets._settling.discard(task)
 
 
-def _drive(stream: bool, client: str) -> list[Any]:
-    request = AuditRequest(task="t", input_text="x", stream=stream)
+def _drive(stream: bool, client: str, failover: bool = False) -> list[Any]:
+    chain = "failover" if failover else None
+    request = AuditRequest(task="t", input_text="x", stream=stream, chain=chain)
     if not stream:
         return [router.route(request)]
     events = router.route_stream(request)
@@ -241,10 +249,13 @@ def _one_sync_driver_request(
     stream: bool,
     client: str,
     cancel: bool,
+    failover: bool = False,
 ) -> None:
     book, state = ledger
     state["routed"].clear()
     state["queued"].clear()
+    book.reset(-1, Injected)  # no fault while x's circuit is reset (effects of their own)
+    breaker.store.reset("x", "x-model")  # x fails on every call: its circuit stays closed
     # Async streams run in test_async_streams_… below (a real loop per request, the
     # router's off-loop calls in worker threads on committed rows). The harness of
     # tests/drivers.py (a private event loop per stream, the router's off-loop calls on
@@ -259,7 +270,7 @@ def _one_sync_driver_request(
     refusal = budgets.check(None, None)  # the request's grant: a place in flight
     assert refusal is None
     try:
-        events = _drive(stream, client)
+        events = _drive(stream, client, failover)
     except Injected:
         events = []
         # An exception ends a request only before its walk (the configuration read).
@@ -269,7 +280,10 @@ def _one_sync_driver_request(
     finally:
         grant = budgets._current.get()
         budgets.forget()  # what the end of an HTTP request does
-    note = f"{driver} stream={stream} client={client} {book.fault.__name__} at {book.hit}"
+    note = (
+        f"{driver} stream={stream} client={client} failover={failover} "
+        f"{book.fault.__name__} at {book.hit}"
+    )
     assert _places_in_flight() == 0, note
     if book.reached:  # the exit settled the grant (not the forget above)
         assert grant is None or grant.released, "the place in flight was not settled"
@@ -292,6 +306,7 @@ SYNC_DRIVER_CASES = {
     "stream": st.booleans(),
     "client": st.sampled_from(["all", "close", "drop"]),
     "cancel": st.booleans(),
+    "failover": st.booleans(),
 }
 
 
@@ -307,10 +322,12 @@ def test_every_request_that_reached_the_walk_is_recorded_charged_and_clean(
     stream: bool,
     client: str,
     cancel: bool,
+    failover: bool,
 ) -> None:
     """``cancel`` (async driver): the fault is a cancellation (``CancelledError`` at that
-    effect, as when the server cancels the request's task) instead of an exception."""
-    _one_sync_driver_request(ledger, driver, key_env, at, stream, client, cancel)
+    effect, as when the server cancels the request's task) instead of an exception.
+    ``failover``: a chain whose first candidate fails before any token."""
+    _one_sync_driver_request(ledger, driver, key_env, at, stream, client, cancel, failover)
 
 
 @pytest.mark.services
@@ -326,10 +343,11 @@ def test_every_request_is_recorded_charged_and_clean_on_postgresql_and_redis(
     stream: bool,
     client: str,
     cancel: bool,
+    failover: bool,
 ) -> None:
     """The ledger above on PostgreSQL and Redis (the budget's Lua scripts, its in-flight
     sorted set, the routing cache's redis.asyncio client on the async driver)."""
-    _one_sync_driver_request(ledger, driver, key_env, at, stream, client, cancel)
+    _one_sync_driver_request(ledger, driver, key_env, at, stream, client, cancel, failover)
 
 
 # --- async streams, each request on its own event loop ---------------------------------
