@@ -375,6 +375,8 @@ def test_an_atomic_loser_with_its_whole_answer_is_recorded_and_charged_with_its_
     assert text == f"{won} answers"
     rows = {a.provider: a for a in routed.metadata.attempts}
     assert rows[lost].outcome == "hedge_lost" and not rows[lost].served
+    if rows[lost].usage is not None:  # released by the walk after both had ended
+        assert rows[lost].latency_ms > 0  # its own time (the race timed no cancel)
     used = budgets.usage([Budget.objects.get(name="cap")])["cap"]
     if driver == "async" or rows[lost].usage is not None:
         # On the event loop both sides end in the same turn and the walk releases the

@@ -562,11 +562,15 @@ class _Session:
             raise
         results = list(raced.results)
         lost_usage: Usage | None = None
+        lost_ms = raced.lost_ms
         if raced.winner is not None:
             losing = (hold, hedge.hold)[1 - raced.winner]
+            ended = results[1 - raced.winner]
             if (yield from losing.lose()):
                 results[1 - raced.winner] = None  # it had opened too: cancelled now
                 lost_usage = losing.usage
+                if isinstance(ended, ProviderResult):  # both had ended: its own time
+                    lost_ms = ended.latency_ms
         for outcome in results:
             if isinstance(outcome, Exception):
                 raise outcome  # a hook or a bug: the walk's own failure path
@@ -589,9 +593,9 @@ class _Session:
         else:
             self.hedge_outcome = "failed"
         if primary is None:  # the hedge won: the primary is the loser
-            tried[0] = replace(tried[0], lost_ms=raced.lost_ms, usage=lost_usage)
+            tried[0] = replace(tried[0], lost_ms=lost_ms, usage=lost_usage)
         elif second is None:
-            tried[1] = replace(tried[1], lost_ms=raced.lost_ms, usage=lost_usage)
+            tried[1] = replace(tried[1], lost_ms=lost_ms, usage=lost_usage)
         return [primary, second]
 
     def _hedge(
