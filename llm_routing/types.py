@@ -71,7 +71,15 @@ SKIP_REASONS = (
 )
 
 #: What an adapter kind can declare (a provider row may override each one).
-CAPABILITIES = ("streaming", "structured_output", "tools", "images", "prefill", "embeddings")
+CAPABILITIES = (
+    "streaming",
+    "structured_output",
+    "tools",
+    "images",
+    "prefill",
+    "embeddings",
+    "token_inputs",  # embeddings of token arrays, not only of texts
+)
 
 #: What a request asks of its candidates: a chat answer, or embedding vectors.
 Call = Literal["chat", "embed"]
@@ -273,7 +281,9 @@ class AuditRequest:
     def required_capabilities(self) -> frozenset[str]:
         """What a provider must support to serve this request."""
         if self.call == "embed":
-            return frozenset({"embeddings"})
+            if all(isinstance(x, str) for x in self.inputs):
+                return frozenset({"embeddings"})
+            return frozenset({"embeddings", "token_inputs"})
         needed: set[str] = set()
         if self.stream:
             needed.add("streaming")

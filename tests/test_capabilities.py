@@ -124,6 +124,7 @@ def test_check_shows_effective_capabilities_and_marks_overrides(
         "images": False,
         "prefill": False,
         "embeddings": True,
+        "token_inputs": True,
     }
     assert data["compat"]["capability_overrides"] == {}
     assert data["claude"]["capabilities"]["embeddings"] is False
@@ -132,7 +133,7 @@ def test_check_shows_effective_capabilities_and_marks_overrides(
     text = io.StringIO()
     call_command("llm_routing_check", stdout=text, no_color=True)
     lines = {line.split()[0]: line for line in text.getvalue().splitlines() if line.strip()}
-    assert lines["compat"].rstrip().endswith("streaming,tools,embeddings")
+    assert lines["compat"].rstrip().endswith("streaming,tools,embeddings,token_inputs")
     assert "no prefill*" in lines["claude"]
     assert "* set on the row" in text.getvalue()
 

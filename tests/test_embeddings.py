@@ -145,16 +145,24 @@ def test_the_requested_dimensions_are_sent_and_answered(fake_upstream, post):
     assert gemini.json["outputDimensionality"] == 3
 
 
-def test_token_arrays_reach_openai_as_lists_and_gemini_refuses_them(fake_upstream, post):
+def test_token_arrays_reach_openai_as_lists_and_gemini_is_skipped(fake_upstream, post):
     make_chain("emb", [row("p", "openai_compatible", fake_upstream)])
     assert len(vectors(post({"model": "emb", "input": [1, 2, 3]}))) == 1
     assert len(vectors(post({"model": "emb", "input": [[1, 2], [3]]}))) == 2
     bodies = [r.json["input"] for r in fake_upstream.requests_for("openai")]
     assert bodies == [[[1, 2, 3]], [[1, 2], [3]]]
+    # Gemini embeds texts only: for token arrays it is a candidate that cannot serve
+    # (skipped as unsupported, like a chat-only row), so the walk goes on past it.
     make_chain("gem", [row("g", "gemini", fake_upstream)])
-    error = post({"model": "gem", "input": [1, 2, 3]}, status=400)["error"]
-    assert "token arrays" in error["message"]
+    error = post({"model": "gem", "input": [1, 2, 3]}, status=503)["error"]
+    assert [(c["provider"], c["reason"]) for c in error["candidates"]] == [("g", "unsupported")]
+    make_chain("mixed", [row("g2", "gemini", fake_upstream), row("o", "openai", fake_upstream)])
+    answer = post({"model": "mixed", "input": [[1, 2], [3]]})
+    assert len(vectors(answer)) == 2
     assert fake_upstream.requests_for("gemini") == []
+    # Texts still go to Gemini first.
+    post({"model": "mixed", "input": ["a text"]})
+    assert len(fake_upstream.requests_for("gemini")) == 1
 
 
 # --- failover and the dimension rule -------------------------------------------------------
@@ -418,7 +426,9 @@ def test_base64_round_trip_helpers():
     vector = [0.5, -0.25, 1.0]
     assert list(from_base64(to_base64(vector))) == vector
     request = AuditRequest(task="embeddings", call="embed", inputs=("a", (1, 2)))
-    assert request.required_capabilities == frozenset({"embeddings"})
+    assert request.required_capabilities == frozenset({"embeddings", "token_inputs"})
+    texts = AuditRequest(task="embeddings", call="embed", inputs=("a", "b"))
+    assert texts.required_capabilities == frozenset({"embeddings"})
     assert request.input_length == len('["a",[1,2]]')
 
 

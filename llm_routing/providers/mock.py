@@ -62,7 +62,7 @@ class MockProvider(BaseProvider):
 
     # The backstop serves every request (it answers tool requests with text).
     capabilities: ClassVar[frozenset[str]] = frozenset(
-        {"structured_output", "streaming", "tools", "images", "embeddings"}
+        {"structured_output", "streaming", "tools", "images", "embeddings", "token_inputs"}
     )
 
     def supports(self, capability: str) -> bool:

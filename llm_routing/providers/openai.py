@@ -219,7 +219,7 @@ class OpenAIProvider(HttpProvider):
     #: Where a pass-through ``max_tokens`` goes when the row's params name neither key.
     max_tokens_key: ClassVar[str] = "max_completion_tokens"
     capabilities: ClassVar[frozenset[str]] = frozenset(
-        {"streaming", "structured_output", "tools", "images", "embeddings"}
+        {"streaming", "structured_output", "tools", "images", "embeddings", "token_inputs"}
     )
     #: The role a ``developer`` turn is sent with.
     developer_role: ClassVar[str] = "developer"

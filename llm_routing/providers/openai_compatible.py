@@ -29,7 +29,9 @@ class OpenAICompatibleProvider(OpenAIProvider):
     # Servers differ: streaming and tools are near-universal (vLLM, Ollama, llama.cpp,
     # LM Studio); structured output and images are declared per row.
     # Embeddings: vLLM, Ollama, llama.cpp, LM Studio, TEI … serve ``/embeddings``.
-    capabilities: ClassVar[frozenset[str]] = frozenset({"streaming", "tools", "embeddings"})
+    capabilities: ClassVar[frozenset[str]] = frozenset(
+        {"streaming", "tools", "embeddings", "token_inputs"}
+    )
     # Many local servers reject (or silently drop) the newer ``developer`` role.
     developer_role: ClassVar[str] = "system"
 
