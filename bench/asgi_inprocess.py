@@ -34,6 +34,12 @@ reads; ``--stream-seconds S`` spreads each stream's chunks over S seconds, so ea
 arrives alone (one read, one wake-up, one ASGI message per chunk), as in the 1,000-
 stream run.
 
+With ``--memory rss`` it prints what the run adds to the process's RSS and the modules
+it imports (by package); ``--memory trace`` also traces the run's allocations
+(:mod:`tracemalloc`, which itself about doubles the RSS growth) and prints what is
+still allocated at the end by the package of the allocating line. With a small ``-n``
+(``-n 16 --rounds 1``) that is what a worker gains on its first requests.
+
 With ``--py-spy PATH`` (a py-spy binary; ``pip install py-spy`` in any virtualenv; use
 ``--served lane`` or ``--served django`` for one path's profile) it samples the run
 (GIL-holding samples only, so waiting is not counted) and prints the share of the
@@ -281,6 +287,44 @@ def _shares(
 REST = "the event loop's own (select, task switches, callbacks)"
 
 
+def _rss_kib() -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
+
+
+def _memory_report(rss_before: int, modules_before: set[str], trace: bool) -> None:
+    """RSS growth, the modules imported; traced: what is still allocated by the package
+    of the allocating line."""
+    print(f"RSS {rss_before / 1024:.1f} -> {_rss_kib() / 1024:.1f} MiB")
+    new = collections.Counter(m.split(".")[0] for m in set(sys.modules) - modules_before)
+    print(
+        f"modules imported by the run: {sum(new.values())}: "
+        + ", ".join(f"{p} {n}" for p, n in new.most_common())
+    )
+    if not trace:
+        return
+    import tracemalloc
+
+    by: collections.Counter[str] = collections.Counter()
+    for stat in tracemalloc.take_snapshot().statistics("filename"):
+        path = stat.traceback[0].filename
+        if "site-packages/" in path:
+            package = path.split("site-packages/", 1)[1].split("/", 1)[0]
+        elif "/llm_routing/" in path:
+            package = "llm_routing"
+        elif path.startswith("<"):
+            package = path
+        else:
+            package = "stdlib: " + Path(path).stem
+        by[package.removesuffix(".py")] += stat.size
+    total = sum(by.values())
+    print(f"still allocated, traced: {total / 2**20:.1f} MiB, by package:")
+    for package, size in by.most_common(20):
+        print(f"  {size / 2**20:6.2f} MiB  {package}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--database-url", required=True)
@@ -308,6 +352,9 @@ def main() -> None:
         default=0.0,
         help="spread each stream's chunks over this long (0: all at once; >0: each chunk "
         "arrives alone, as in a real stream: use -c to keep many streams open)",
+    )
+    parser.add_argument(
+        "--memory", choices=("rss", "trace"), help="what the run adds to memory (see above)"
     )
     parser.add_argument("--py-spy", help="sample the run with this py-spy binary")
     parser.add_argument(
@@ -378,7 +425,14 @@ def main() -> None:
         for label, body in bodies.items()
     }
     load = os.getloadavg()[0]
+    rss_before, modules_before = _rss_kib(), set(sys.modules)
+    if args.memory == "trace":
+        import tracemalloc
+
+        tracemalloc.start()
     measured = asyncio.run(_drive(apps, token, args.n, args.c, args.rounds))
+    if args.memory:
+        _memory_report(rss_before, modules_before, args.memory == "trace")
     after = os.getloadavg()[0]
     for name, (wall_ms, cpu_ms) in measured.items():
         print(
