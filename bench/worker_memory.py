@@ -18,6 +18,11 @@ against a 1 s upstream (what bench/gateways.py ends with before it reads RSS); a
   processes that share them; the sum over master + workers is the box's real cost;
 * USS = ``Private_Clean + Private_Dirty``: what the worker alone holds (freed if it dies).
 
+``--app`` picks what the workers serve: ``lane`` (the default, as shipped:
+``project.asgi:application``, ``/v1`` on the lean lane) or ``django``
+(``project.asgi:django_application``, ``/v1`` through Django's request cycle, as
+bench/gateways.py's "Django path").
+
 Unless ``--no-modules``, the gunicorn config is the shipped file plus a
 ``post_worker_init`` hook (in a temporary wrapper, nothing else changed) that makes a
 worker report on SIGUSR2 — its threads by name, gc-tracked objects by type, Python memory
@@ -58,6 +63,8 @@ from gateways import (  # type: ignore[import-not-found]
 )
 
 SHIPPED = ROOT / "gunicorn.conf.py"
+#: ``--app``: the shipped application (``/v1`` on the lean lane) or Django's alone.
+APPS = {"lane": "project.asgi:application", "django": "project.asgi:django_application"}
 
 WRAPPER = '''\
 # The shipped gunicorn.conf.py, unchanged, plus a post_worker_init hook that makes the
@@ -283,6 +290,12 @@ def main() -> None:
     parser.add_argument("--top", type=int, default=15, help="packages listed")
     parser.add_argument("--no-modules", dest="modules", action="store_false")
     parser.add_argument(
+        "--app",
+        choices=sorted(APPS),
+        default="lane",
+        help="what the workers serve (default: lane, the shipped project/asgi.py)",
+    )
+    parser.add_argument(
         "--env",
         action="append",
         default=[],
@@ -303,11 +316,15 @@ def main() -> None:
     ):
         token = prepare_app(args, fast_port, slow_port)
         env = app_env(args, port)
+        env["GUNICORN_APP"] = APPS[args.app]
         env.update(dict(item.split("=", 1) for item in args.env))
         cmd = [sys.executable, "-m", "gunicorn", "-c", str(config if args.modules else SHIPPED)]
         url = f"http://127.0.0.1:{port}/v1/chat/completions"
         headers = {"Authorization": f"Bearer {token}"}
-        print(f"extra environment: {args.env or 'none'}; {args.workers} workers")
+        print(
+            f"serving {APPS[args.app]} ({args.app}); extra environment: "
+            f"{args.env or 'none'}; {args.workers} workers"
+        )
         with started(cmd, port=port, env=env, log=workdir / "server.log") as proc:
             booted(workdir / "server.log", args.workers)
             print_stage("idle, after start", snapshot(proc.pid))
