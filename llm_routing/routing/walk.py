@@ -632,10 +632,7 @@ class _Session:
             if reason is None and adapter is not None:
                 # Settled as its step's member: a latency sample, the affinity key, and
                 # in a least_in_flight step a place in flight as the walk's own call has.
-                lease: tuple[str, str] | None = None
-                if strategy == "least_in_flight":
-                    lease = (candidate.name, (yield from Lease(candidate.name)))
-                    self.leases.append(lease)
+                lease = yield from self._take_place(strategy, candidate.name)
                 side.tried = _Tried(index, candidate, row, strategy, lease)
                 return (yield from attempt(adapter, hedged=side.hold))
         return _skip_result(first.name, first.model, "unavailable")
@@ -661,6 +658,21 @@ class _Session:
                 nano += math.ceil(usd * budgets.NANO) if usd else 0
         return not room.holds(tokens, nano)
 
+    def _take_place(self, strategy: str, name: str) -> Steps[tuple[str, str] | None]:
+        """A place in flight at ``name`` for a call of a ``least_in_flight`` step (None
+        for any other strategy): held until :meth:`_free_place` or the request's end."""
+        if strategy != "least_in_flight":
+            return None
+        lease = (name, (yield from Lease(name)))
+        self.leases.append(lease)
+        return lease
+
+    def _free_place(self, lease: tuple[str, str] | None) -> Steps[None]:
+        """Give a place in flight back at once (None: none was taken)."""
+        if lease is not None:
+            self.leases.remove(lease)
+            yield from Unlease(*lease)
+
     def _settle_attempt(self, done: _Tried, result: ProviderResult) -> Steps[bool]:
         """Record one ended attempt (and what the strategies learn from it); whether it
         served the request."""
@@ -669,17 +681,14 @@ class _Session:
             balance.observe_latency(name, result.latency_ms, ok=result.ok)
         if result.ok:
             balance.observe_answer(name, result.latency_ms)
-            if lease is not None and not self.request.stream:  # the call is over
-                self.leases.remove(lease)
-                yield from Unlease(*lease)
+            if not self.request.stream:  # the call is over (a stream's ends with it)
+                yield from self._free_place(lease)
             self.walk.add(**_attempt_record(result, served=True), step=index)
             if done.strategy and (key := self._affinity(index)) is not None:
                 ttl = float(row.affinity_ttl_s) if row is not None else 300.0
                 yield from Remember(key, name, ttl)  # the key moves with the answer
             return True
-        if lease is not None:
-            self.leases.remove(lease)
-            yield from Unlease(*lease)
+        yield from self._free_place(lease)
         self.walk.add(**_attempt_record(result, served=False), step=index)
         category = result.error.category if result.error else "response"
         if category == "context_length" and row is not None:
@@ -737,10 +746,7 @@ class _Session:
                 continue
             first = not walk.attempts
             is_backstop = name == MOCK_PROVIDER_NAME and last_step
-            lease: tuple[str, str] | None = None
-            if strategy == "least_in_flight":  # held until the call (a stream) ends
-                lease = (name, (yield from Lease(name)))
-                self.leases.append(lease)
+            lease = yield from self._take_place(strategy, name)  # until the call (stream) ends
             tried = [_Tried(index, candidate, row, strategy, lease)]
             after_s = None if is_backstop else self._hedge_after(adapter)
             if after_s is None:
@@ -754,9 +760,7 @@ class _Session:
                     if done.strategy == "latency" and done.lost_ms is not None:
                         # It took at least this long: a lower bound its estimate learns.
                         balance.observe_latency(done.candidate.name, done.lost_ms, ok=True)
-                    if done.lease is not None:  # cancelled: its place is free at once
-                        self.leases.remove(done.lease)
-                        yield from Unlease(*done.lease)
+                    yield from self._free_place(done.lease)  # cancelled: free at once
                     walk.add(**done.unused(), step=done.step)
                     continue
                 served = yield from self._settle_attempt(done, result)
