@@ -28,6 +28,7 @@ import json
 import os
 import random
 import re
+import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -35,6 +36,7 @@ from typing import Any
 import pytest
 from asgiref.sync import async_to_sync
 from django.contrib.auth import get_user_model
+from django.core.signals import got_request_exception
 from django.test import AsyncClient, Client
 from rest_framework.authtoken.models import Token
 
@@ -416,6 +418,12 @@ class Fuzzer:
         self.failures: list[str] = []
         self.statuses: dict[int, int] = {}
         self.recorded = 0
+        #: The traceback of the last exception a view let out (Django's
+        #: ``got_request_exception``), shown with a 5xx so a rare one explains itself.
+        self.last_exception = ""
+
+    def on_exception(self, sender: Any, **kwargs: Any) -> None:
+        self.last_exception = traceback.format_exc()
 
     def send(
         self, method: str, path: str, body: bytes | None = None, asgi: bool = False
@@ -471,7 +479,9 @@ class Fuzzer:
         self.statuses[outcome.status] = self.statuses.get(outcome.status, 0) + 1
         if outcome.status >= 500:
             shown = " ".join(re.sub(r"<[^>]+>", " ", outcome.text).split())[:200]
-            self.failures.append(f"#{case} {label}: {outcome.status} {shown}")
+            raised = self.last_exception[-3_000:] or "(no exception reached Django)"
+            self.failures.append(f"#{case} {label}: {outcome.status} {shown}\n{raised}")
+        self.last_exception = ""
         if KEY in outcome.text:
             self.failures.append(f"#{case} {label}: the provider's key is in the answer")
         if routes and 200 <= outcome.status < 300:
@@ -508,7 +518,12 @@ def fuzzer(settings: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[Fuzzer]:
         chain = Chain.objects.create(name="fake-chain", is_default=True)
         ChainEntry.objects.create(chain=chain, provider=fake, position=0)
         user = get_user_model().objects.create_superuser("fuzzer", password="pw-fuzzer-123")
-        yield Fuzzer(Token.objects.create(user=user).key)
+        made = Fuzzer(Token.objects.create(user=user).key)
+        got_request_exception.connect(made.on_exception)
+        try:
+            yield made
+        finally:
+            got_request_exception.disconnect(made.on_exception)
     finally:
         clear_adapter_cache()
         upstream.stop()
