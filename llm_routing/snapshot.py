@@ -8,6 +8,12 @@ configuration row. API::
     config = snapshot.current()          # sync
     config = await snapshot.acurrent()   # async: a rebuild runs in a worker thread
 
+On an event loop, :func:`current` answers with the last snapshot built and does no I/O
+(no version read, no rebuild): async code calls :func:`acurrent` first, at the start of
+its request, and the sync code it then runs on the loop (validation, the access check)
+reads that one. Were it to check and rebuild there, a snapshot expiring between the two
+calls would read the database on the loop (``SynchronousOnlyOperation``: a 500).
+
 Invalidation (docs/production.md, "Caches and their staleness"):
 
 * Every change bumps a version key in the routing cache (``LLM_ROUTING["CACHE_ALIAS"]``):
@@ -33,6 +39,7 @@ only; ``key_present`` still reads the environment at call time.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 import uuid
@@ -65,6 +72,7 @@ __all__ = [
     "acurrent",
     "build",
     "changed",
+    "checked",
     "clear",
     "current",
     "unknown_chain",
@@ -307,6 +315,17 @@ def _read_version() -> tuple[bool, str | None]:
 
 def current() -> ConfigSnapshot:
     """This process's snapshot, rebuilt when a change is known (see the module doc)."""
+    if (snap := _holder.fresh(_holder.clock())) is not None:
+        return snap
+    if _holder.snapshot is not None and _on_event_loop():
+        return _holder.snapshot  # what this request's acurrent() read (module doc)
+    return checked()
+
+
+def checked() -> ConfigSnapshot:
+    """:func:`current` without its event-loop answer: checks the version and rebuilds
+    when due, wherever it runs (:func:`acurrent`'s worker thread; a test whose
+    database connection lives on its loop's thread)."""
     now = _holder.clock()
     if (snap := _holder.fresh(now)) is not None:
         return snap
@@ -353,12 +372,20 @@ def unknown_chain(name: str | None, config: ConfigSnapshot | None = None) -> str
 
 def _current_in_worker() -> ConfigSnapshot:
     try:
-        return current()
+        return checked()
     finally:
         # A worker thread must not keep a database connection (or a pool slot).
         alias = db_router.db_for_read(Provider)
         if not connections[alias].in_atomic_block:
             connections[alias].close()
+
+
+def _on_event_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
 
 
 def latest() -> ConfigSnapshot | None:

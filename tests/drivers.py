@@ -114,7 +114,7 @@ def use(driver: str, module: Any, monkeypatch: pytest.MonkeyPatch) -> None:
 
     async def acurrent_here() -> snapshot.ConfigSnapshot:
         # The snapshot's rebuild reads the test's (uncommitted) rows: on its connection.
-        return await off_loop(snapshot.current)()
+        return await off_loop(snapshot.checked)()
 
     monkeypatch.setattr(plan, "acurrent", acurrent_here)
     for name, stand_in in (("route", route), ("route_stream", route_stream)):

@@ -56,9 +56,17 @@ def clear_token_cache(**_: Any) -> None:
 class TokenAuthentication(authentication.TokenAuthentication):
     """DRF's ``TokenAuthentication`` whose lookup is cached for ``TOKEN_CACHE_TTL_S``."""
 
+    #: The cache entry :meth:`answers_from_memory` found fresh (key, entry): the answer
+    #: :meth:`authenticate_credentials` gives for that key, even if the entry expires in
+    #: between — on the event loop a lookup then would be a database query there
+    #: (``SynchronousOnlyOperation``, a 500). DRF builds the authenticators per request.
+    _pinned: tuple[str, tuple[float, Any, Any]] | None = None
+
     def authenticate_credentials(self, key: str) -> tuple[Any, Any]:
         if not _connected:
             _connect(self.get_model())
+        if self._pinned is not None and self._pinned[0] == key:
+            return self._pinned[1][1], self._pinned[1][2]
         now = _clock()
         hit = _cache.get(key)
         if hit is not None and hit[0] > now:
@@ -85,8 +93,16 @@ class TokenAuthentication(authentication.TokenAuthentication):
             key = auth[1].decode()
         except UnicodeError:
             return True
+        return self._pin(key)
+
+    def _pin(self, key: str) -> bool:
+        """Whether ``key``'s entry is cached and fresh; if so it is this request's
+        answer (:attr:`_pinned`)."""
         hit = _cache.get(key)
-        return _connected and hit is not None and hit[0] > _clock()
+        if not (_connected and hit is not None and hit[0] > _clock()):
+            return False
+        self._pinned = (key, hit)
+        return True
 
 
 class BearerTokenAuthentication(TokenAuthentication):
@@ -114,8 +130,7 @@ class ApiKeyHeaderAuthentication(TokenAuthentication):
         key = request.META.get(self.header)
         if not key:
             return None
-        hit = _cache.get(str(key).strip())
-        return _connected and hit is not None and hit[0] > _clock()
+        return self._pin(str(key).strip())
 
 
 def _on_token_deleted(sender: Any, instance: Any, **kwargs: Any) -> None:
