@@ -7,13 +7,28 @@ of the request. A request that touched the database before its upstream call (a 
 config cache miss, a session lookup) would hold its connection for the whole call; the
 router hands it back first (:func:`release_pooled_connections`). Persistent connections
 (``CONN_MAX_AGE`` > 0, no pool) and connections inside a transaction are left alone.
+
+:func:`on_event_loop` is the one question "may this sync code block here?": on a
+running event loop Django refuses a query (``SynchronousOnlyOperation``) and any other
+blocking call stalls every request of the worker.
 """
 
 from __future__ import annotations
 
+import asyncio
+
 from django.db import connections
 
-__all__ = ["release_pooled_connections"]
+__all__ = ["on_event_loop", "release_pooled_connections"]
+
+
+def on_event_loop() -> bool:
+    """Whether the calling code runs on a running event loop (in its thread)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
 
 
 def release_pooled_connections() -> None:

@@ -23,7 +23,6 @@ the other attempts' are :attr:`AttemptRecord.usage`.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import threading
 import time
@@ -38,6 +37,7 @@ import genai_prices
 from genai_prices import data_snapshot
 
 from . import snapshot
+from .dbconn import on_event_loop
 from .types import MOCK_PROVIDER_NAME, AttemptRecord, RoutingResult, Usage
 
 __all__ = [
@@ -168,7 +168,7 @@ def sources(names: Iterable[str]) -> dict[str, PriceSource | None]:
     configuration snapshot (llm_routing.snapshot: no query per request; a price change
     is live within its 1 s bound). Inside a running event loop the snapshot is taken as
     last built (the router's setup has just refreshed it), never rebuilt there."""
-    snap = snapshot.latest() if _in_event_loop() else snapshot.current()
+    snap = snapshot.latest() if on_event_loop() else snapshot.current()
     if snap is None:
         return {name: source_of(None, name) for name in names}
     global _sources
@@ -193,14 +193,6 @@ def sources(names: Iterable[str]) -> dict[str, PriceSource | None]:
 #: snapshot, not one per request (rows of a snapshot never change).
 _sources: tuple[Any, dict[str, PriceSource | None]] = (None, {})
 _SOURCES_MAX = 256
-
-
-def _in_event_loop() -> bool:
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return False
-    return True
 
 
 def source_of(row: Any, name: str) -> PriceSource | None:

@@ -39,7 +39,6 @@ only; ``key_present`` still reads the environment at call time.
 
 from __future__ import annotations
 
-import asyncio
 import threading
 import time
 import uuid
@@ -55,6 +54,7 @@ from django.db.models.signals import m2m_changed, post_delete, post_save
 
 from .cache import CACHE_RETRY_S as _CACHE_RETRY_S
 from .cache import CacheBackoff, routing_cache
+from .dbconn import on_event_loop
 from .models import Chain, ChainEntry, Provider, RoutingRule, group_steps, rule_matches
 from .signals import config_changed
 from .types import Principal
@@ -317,7 +317,7 @@ def current() -> ConfigSnapshot:
     """This process's snapshot, rebuilt when a change is known (see the module doc)."""
     if (snap := _holder.fresh(_holder.clock())) is not None:
         return snap
-    if _holder.snapshot is not None and _on_event_loop():
+    if _holder.snapshot is not None and on_event_loop():
         return _holder.snapshot  # what this request's acurrent() read (module doc)
     return checked()
 
@@ -378,14 +378,6 @@ def _current_in_worker() -> ConfigSnapshot:
         alias = db_router.db_for_read(Provider)
         if not connections[alias].in_atomic_block:
             connections[alias].close()
-
-
-def _on_event_loop() -> bool:
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return False
-    return True
 
 
 def latest() -> ConfigSnapshot | None:

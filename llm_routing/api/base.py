@@ -37,6 +37,7 @@ from rest_framework.views import APIView
 from .. import budgets, seams, snapshot
 from ..access import principal_for, refusal, viewer_for
 from ..conf import routing_settings
+from ..dbconn import on_event_loop
 from ..types import AuditRequest, Principal
 from .authentication import TokenAuthentication
 from .budget_guard import aenforce_budgets, enforce_budgets
@@ -84,14 +85,6 @@ def affinity_header(request: Request) -> str | None:
     return str(value)
 
 
-def _on_event_loop() -> bool:
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return False
-    return True
-
-
 def _probe() -> None: ...
 
 
@@ -115,12 +108,12 @@ class ServerMatchedView:
         functools.update_wrapper(self, sync_view)
 
     def __getattr__(self, name: str) -> Any:
-        if name in _COROUTINE_MARKS and _on_event_loop():
+        if name in _COROUTINE_MARKS and on_event_loop():
             return _COROUTINE_MARKS[name]
         raise AttributeError(name)
 
     def __call__(self, request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
-        if _on_event_loop():
+        if on_event_loop():
             return self.async_view(request, *args, **kwargs)
         return self.sync_view(request, *args, **kwargs)
 
