@@ -37,6 +37,7 @@ import logging
 import queue
 import threading
 import time
+import weakref
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Generator, Iterator
 from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, TypeVar
@@ -62,6 +63,7 @@ __all__ = [
     "SyncStream",
     "arun",
     "astream",
+    "join_finalizers",
     "run",
     "stream",
 ]
@@ -562,9 +564,10 @@ class SyncStream(Iterator[Any]):
     """The sync stream driver's iterator. ``close()`` runs the core's cleanup here and
     now (the decision is recorded before it returns). Dropped without ``close()``, its
     generator is finalized by the garbage collector, at whatever code it interrupted:
-    the cleanup then runs with ``Context.finalizing`` set (no database write from a
-    finalizer: the record goes to the write-behind queue), in the context the stream
-    was made in (so the request's budget grant is found and settled)."""
+    the cleanup then runs in a thread of its own (:func:`join_finalizers` waits for
+    it), with ``Context.finalizing`` set (the record goes to the write-behind queue), in
+    the context the stream was made in (so the request's budget grant is found and
+    settled)."""
 
     __slots__ = ("_closing", "_gen")
 
@@ -600,8 +603,43 @@ def _events(core: Steps[None], ctx: Context, closing: _Closing) -> Generator[obj
                 _unwind(core, ctx)
             else:  # the garbage collector's finalizer (see SyncStream)
                 fin = Context(sleeper=ctx.sleeper, finalizing=True)
-                closing.context.run(_unwind, core, fin)  # a copy only entered here
+                _clean_up_elsewhere(closing.context, core, fin)
             raise
+
+
+#: The cleanup threads of dropped sync streams still running (:func:`join_finalizers`).
+_finalizers: weakref.WeakSet[threading.Thread] = weakref.WeakSet()
+
+
+def _clean_up_elsewhere(context: contextvars.Context, core: Steps[None], fin: Context) -> None:
+    """A dropped sync stream's cleanup, off the thread the garbage collector
+    interrupted: that thread may be anywhere — inside the cache client's connection-pool
+    lock or a database driver's call — and the cleanup closes the upstream, observes the
+    circuit, settles the budgets (cache calls) and hands the record on. It runs in a
+    thread of its own, in the stream's context (a copy only entered there). Not a daemon:
+    the interpreter waits for it before its exit handlers flush the write-behind queue.
+    At interpreter shutdown, when no thread can start, it runs here."""
+    thread = threading.Thread(
+        target=context.run, args=(_unwind, core, fin), name="llm-routing-stream-cleanup"
+    )
+    try:
+        thread.start()
+    except RuntimeError:  # "can't create new thread at interpreter shutdown"
+        context.run(_unwind, core, fin)
+        return
+    _finalizers.add(thread)
+
+
+def join_finalizers(timeout: float | None = None) -> bool:
+    """Wait for the cleanups of dropped sync streams started so far; whether all
+    finished within ``timeout`` (tests, and a host that wants them done)."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    for thread in list(_finalizers):
+        left = None if deadline is None else max(0.0, deadline - time.monotonic())
+        thread.join(left)
+        if thread.is_alive():
+            return False
+    return True
 
 
 async def astream(

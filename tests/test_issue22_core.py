@@ -34,7 +34,7 @@ import httpx
 import pytest
 from rest_framework.authtoken.models import Token
 
-from llm_routing import budgets, recorder, router
+from llm_routing import budgets, effects, recorder, router
 from llm_routing.asgi import get_asgi_application
 from llm_routing.models import Budget, RoutingDecision
 from llm_routing.sanitize import TRIGGER_CHARS, KeyGuard
@@ -317,6 +317,7 @@ def test_a_dropped_sync_stream_hands_its_record_to_write_behind(
     assert not isinstance(first, StreamResult | StreamFailure)
     del events  # dropped without close(): the garbage collector finalizes it
     gc.collect()
+    assert effects.join_finalizers(timeout=10)  # its cleanup runs in a thread of its own
     assert written == []  # no database write from a finalizer
     assert len(queued) == 1 and routed_signals == queued  # handed over, announced once
 

@@ -211,6 +211,7 @@ def _drive(stream: bool, client: str, failover: bool = False) -> list[Any]:
     else:  # dropped without close(): the garbage collector finalizes it
         del events
         gc.collect()
+        assert effects.join_finalizers(timeout=10)  # its cleanup runs in a thread of its own
     return out
 
 
