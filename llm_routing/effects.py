@@ -37,7 +37,6 @@ import logging
 import queue
 import threading
 import time
-import weakref
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Generator, Iterator
 from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, TypeVar
@@ -607,8 +606,9 @@ def _events(core: Steps[None], ctx: Context, closing: _Closing) -> Generator[obj
             raise
 
 
-#: The cleanup threads of dropped sync streams still running (:func:`join_finalizers`).
-_finalizers: weakref.WeakSet[threading.Thread] = weakref.WeakSet()
+#: How many cleanups of dropped sync streams have not finished (:func:`join_finalizers`).
+_cleanups_running = 0
+_cleanups_done = threading.Condition()
 
 
 def _clean_up_elsewhere(context: contextvars.Context, core: Steps[None], fin: Context) -> None:
@@ -619,27 +619,32 @@ def _clean_up_elsewhere(context: contextvars.Context, core: Steps[None], fin: Co
     thread of its own, in the stream's context (a copy only entered there). Not a daemon:
     the interpreter waits for it before its exit handlers flush the write-behind queue.
     At interpreter shutdown, when no thread can start, it runs here."""
-    thread = threading.Thread(
-        target=context.run, args=(_unwind, core, fin), name="llm-routing-stream-cleanup"
-    )
+    global _cleanups_running
+    with _cleanups_done:
+        _cleanups_running += 1
     try:
-        thread.start()
+        threading.Thread(
+            target=_clean_up, args=(context, core, fin), name="llm-routing-stream-cleanup"
+        ).start()
     except RuntimeError:  # "can't create new thread at interpreter shutdown"
+        _clean_up(context, core, fin)
+
+
+def _clean_up(context: contextvars.Context, core: Steps[None], fin: Context) -> None:
+    global _cleanups_running
+    try:
         context.run(_unwind, core, fin)
-        return
-    _finalizers.add(thread)
+    finally:
+        with _cleanups_done:
+            _cleanups_running -= 1
+            _cleanups_done.notify_all()
 
 
 def join_finalizers(timeout: float | None = None) -> bool:
-    """Wait for the cleanups of dropped sync streams started so far; whether all
-    finished within ``timeout`` (tests, and a host that wants them done)."""
-    deadline = None if timeout is None else time.monotonic() + timeout
-    for thread in list(_finalizers):
-        left = None if deadline is None else max(0.0, deadline - time.monotonic())
-        thread.join(left)
-        if thread.is_alive():
-            return False
-    return True
+    """Wait until no cleanup of a dropped sync stream is running; whether that came
+    within ``timeout`` seconds (tests, and a host that wants them done)."""
+    with _cleanups_done:
+        return _cleanups_done.wait_for(lambda: _cleanups_running == 0, timeout)
 
 
 async def astream(

@@ -325,6 +325,60 @@ def test_a_dropped_sync_stream_cleans_up_in_its_own_thread_in_the_context_made_i
     assert slept == [(0, "llm-routing-stream-cleanup")]
 
 
+@dataclass(frozen=True)
+class Waits(Effect[None]):
+    """Blocks until ``until`` is set (a cleanup that takes a while)."""
+
+    until: threading.Event
+
+    def run(self, ctx: Context) -> None:
+        self.until.wait(10)
+
+    async def arun(self, ctx: Context) -> None:
+        raise AssertionError("sync only")
+
+
+def _dropped(core: Steps[None], sleeper: Any = None) -> None:
+    events = effects.stream(core, sleeper=sleeper)
+    assert next(events) == 1
+    del events
+    gc.collect()
+
+
+def test_join_finalizers_waits_until_every_dropped_streams_cleanup_has_finished() -> None:
+    release = threading.Event()
+
+    def slow_cleanup() -> Steps[None]:
+        try:
+            yield from Emit(1)
+        except ClientGone:
+            yield from Waits(release)
+            raise
+
+    _dropped(slow_cleanup())
+    _dropped(slow_cleanup())
+    assert effects.join_finalizers(timeout=0.05) is False  # both still running
+    release.set()
+    assert effects.join_finalizers(timeout=10) is True
+    assert effects.join_finalizers() is True  # none left: at once, without a timeout
+
+
+def test_when_no_thread_can_start_a_dropped_stream_cleans_up_where_it_was_collected(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def refuse(self: threading.Thread) -> None:
+        raise RuntimeError("can't create new thread at interpreter shutdown")
+
+    seen: list[Any] = []
+    slept: list[str] = []
+    monkeypatch.setattr(threading.Thread, "start", refuse)
+    _dropped(_stream_core(seen), sleeper=lambda s: slept.append(threading.current_thread().name))
+    monkeypatch.undo()
+    assert slept == [threading.current_thread().name]
+    assert [s[0] for s in seen] == ["run"]
+    assert effects.join_finalizers(timeout=1) is True  # counted as finished
+
+
 def test_an_async_stream_yields_the_emitted_events_and_cleans_up_on_aclose() -> None:
     async def main() -> list[Any]:
         seen: list[Any] = []
