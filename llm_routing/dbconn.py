@@ -8,18 +8,21 @@ config cache miss, a session lookup) would hold its connection for the whole cal
 router hands it back first (:func:`release_pooled_connections`). Persistent connections
 (``CONN_MAX_AGE`` > 0, no pool) and connections inside a transaction are left alone.
 
-:func:`on_event_loop` is the one question "may this sync code block here?": on a
-running event loop Django refuses a query (``SynchronousOnlyOperation``) and any other
-blocking call stalls every request of the worker.
+:func:`on_event_loop` asks whether code runs on a running event loop, where any
+blocking call stalls every request of the worker; :func:`queries_refused_here`
+whether Django would refuse a query here (``SynchronousOnlyOperation``): on a loop,
+unless the process allows it (``DJANGO_ALLOW_ASYNC_UNSAFE``, as a notebook or a
+Playwright test does, whose thread runs a loop).
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 
 from django.db import connections
 
-__all__ = ["on_event_loop", "release_pooled_connections"]
+__all__ = ["on_event_loop", "queries_refused_here", "release_pooled_connections"]
 
 
 def on_event_loop() -> bool:
@@ -29,6 +32,13 @@ def on_event_loop() -> bool:
     except RuntimeError:
         return False
     return True
+
+
+def queries_refused_here() -> bool:
+    """Whether Django refuses a database query from the calling code (its
+    ``async_unsafe`` rule: on a running event loop, unless ``DJANGO_ALLOW_ASYNC_UNSAFE``
+    is set)."""
+    return not os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE") and on_event_loop()
 
 
 def release_pooled_connections() -> None:

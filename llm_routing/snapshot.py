@@ -12,7 +12,10 @@ On an event loop, :func:`current` answers with the last snapshot built and does 
 (no version read, no rebuild): async code calls :func:`acurrent` first, at the start of
 its request, and the sync code it then runs on the loop (validation, the access check)
 reads that one. Were it to check and rebuild there, a snapshot expiring between the two
-calls would read the database on the loop (``SynchronousOnlyOperation``: a 500).
+calls would read the database on the loop (``SynchronousOnlyOperation``: a 500). Where
+the process allows queries on its loop (``DJANGO_ALLOW_ASYNC_UNSAFE``: a notebook, whose
+cells run on a loop) it checks and rebuilds as anywhere else
+(:func:`llm_routing.dbconn.queries_refused_here`).
 
 Invalidation (docs/production.md, "Caches and their staleness"):
 
@@ -54,7 +57,7 @@ from django.db.models.signals import m2m_changed, post_delete, post_save
 
 from .cache import CACHE_RETRY_S as _CACHE_RETRY_S
 from .cache import CacheBackoff, routing_cache
-from .dbconn import on_event_loop
+from .dbconn import queries_refused_here
 from .models import Chain, ChainEntry, Provider, RoutingRule, group_steps, rule_matches
 from .signals import config_changed
 from .types import Principal
@@ -317,7 +320,7 @@ def current() -> ConfigSnapshot:
     """This process's snapshot, rebuilt when a change is known (see the module doc)."""
     if (snap := _holder.fresh(_holder.clock())) is not None:
         return snap
-    if _holder.snapshot is not None and on_event_loop():
+    if _holder.snapshot is not None and queries_refused_here():
         return _holder.snapshot  # what this request's acurrent() read (module doc)
     return checked()
 

@@ -11,6 +11,7 @@ expired at the use; both fail without their fix.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -99,3 +100,25 @@ def test_a_snapshot_expiring_after_acurrent_is_what_the_loop_reads(
     assert response.status_code == 200, response.content
     built = snapshot.latest()
     assert built is not None and built.chain("main") is not None
+
+
+def _current_on_a_loop() -> snapshot.ConfigSnapshot:
+    async def read() -> snapshot.ConfigSnapshot:
+        return snapshot.current()
+
+    return asyncio.run(read())
+
+
+@pytest.mark.django_db(transaction=True)  # the loop's rebuild reads committed rows
+def test_on_a_loop_current_answers_from_memory_unless_the_process_allows_queries_there(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    make_chain("first", [make_provider("one", kind="mock")])
+    assert snapshot.current().chain("first") is not None
+    make_chain("second", [make_provider("two", kind="mock")])  # a change in this process
+    # Django would refuse the rebuild's queries on the loop: the last snapshot answers.
+    assert _current_on_a_loop().chain("second") is None
+    # A notebook's (or a Playwright test's) thread runs a loop and allows them: the
+    # change is seen there as anywhere else.
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+    assert _current_on_a_loop().chain("second") is not None
