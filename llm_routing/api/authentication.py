@@ -56,17 +56,18 @@ def clear_token_cache(**_: Any) -> None:
 class TokenAuthentication(authentication.TokenAuthentication):
     """DRF's ``TokenAuthentication`` whose lookup is cached for ``TOKEN_CACHE_TTL_S``."""
 
-    #: The cache entry :meth:`answers_from_memory` found fresh (key, entry): the answer
-    #: :meth:`authenticate_credentials` gives for that key, even if the entry expires in
-    #: between — on the event loop a lookup then would be a database query there
-    #: (``SynchronousOnlyOperation``, a 500). DRF builds the authenticators per request.
-    _pinned: tuple[str, tuple[float, Any, Any]] | None = None
+    #: What :meth:`answers_from_memory` found cached and fresh (key, user, token): the
+    #: answer :meth:`authenticate_credentials` gives for that key, even if the entry
+    #: expires in between — on the event loop a lookup then would be a database query
+    #: there (``SynchronousOnlyOperation``, a 500). DRF builds the authenticators per
+    #: request.
+    _pinned: tuple[str, Any, Any] | None = None
 
     def authenticate_credentials(self, key: str) -> tuple[Any, Any]:
         if not _connected:
             _connect(self.get_model())
         if self._pinned is not None and self._pinned[0] == key:
-            return self._pinned[1][1], self._pinned[1][2]
+            return self._pinned[1], self._pinned[2]
         now = _clock()
         hit = _cache.get(key)
         if hit is not None and hit[0] > now:
@@ -101,7 +102,7 @@ class TokenAuthentication(authentication.TokenAuthentication):
         hit = _cache.get(key)
         if not (_connected and hit is not None and hit[0] > _clock()):
             return False
-        self._pinned = (key, hit)
+        self._pinned = (key, hit[1], hit[2])
         return True
 
 
